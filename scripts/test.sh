@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The whole test suite: install with dev tools, lint, type-check, test.
+# .ci/run calls exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh --dev
+export PATH="$PWD/.venv/bin:$PATH"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "ruff"
+ruff check src tests benchmarks
+ruff format --check src tests benchmarks
+step "mypy"
+mypy
+step "yamllint"
+yamllint --strict .
+if compgen -G "roles/*/tasks/main.yml" >/dev/null; then
+  step "ansible-lint"
+  ansible-lint
+fi
+step "pytest"
+pytest
+step "README quickstart"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+bash scripts/quickstart.sh "$work/demo"

@@ -1,0 +1,3 @@
+"""gpuclus: turn a few Linux machines with NVIDIA GPUs into a Slurm deep-learning cluster."""
+
+__version__ = "0.1.0"

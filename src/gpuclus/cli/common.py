@@ -1,0 +1,69 @@
+"""Pieces every command shares: options, error handling, spec loading."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gpuclus.errors import ExitCode, GpuclusError, SpecInvalidError, UsageError
+from gpuclus.output import Output, findings_summary, plural
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout and nothing else.")]
+SpecArgument = Annotated[
+    Path,
+    typer.Argument(help="Cluster spec (YAML).", show_default=True),
+]
+DEFAULT_SPEC = Path("cluster.yaml")
+
+
+@contextmanager
+def handled(out: Output, extra: dict[str, Any] | None = None) -> Iterator[None]:
+    """Turn gpuclus errors and Ctrl-C into a message and the documented exit code."""
+    try:
+        yield
+    except GpuclusError as problem:
+        out.fail(problem, extra)
+        raise typer.Exit(int(problem.exit_code)) from None
+    except KeyboardInterrupt:
+        out.fail(GpuclusError("interrupted", exit_code=ExitCode.INTERRUPTED), extra)
+        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+
+
+def load_checked_spec(path: Path, out: Output, *, strict: bool = False) -> Any:
+    """Load and check a spec for a command that needs a valid one.
+
+    Prints warnings, and raises SpecInvalidError (exit 3) with every finding
+    shown when the spec has errors. Returns the LoadedSpec.
+    """
+    from gpuclus.spec.document import SpecFileError
+    from gpuclus.spec.load import load_spec
+
+    try:
+        loaded = load_spec(path)
+    except SpecFileError as problem:
+        code = ExitCode.USAGE if problem.usage else ExitCode.SPEC_INVALID
+        raise GpuclusError(str(problem), problem.hint, exit_code=code) from None
+    counts = findings_summary(loaded.findings)
+    failing = counts["error"] > 0 or (strict and counts["warning"] > 0)
+    shown = [f for f in loaded.findings if f.level.value != "info"] if not failing else loaded.findings
+    out.findings(shown)
+    if failing or not loaded.ok:
+        raise SpecInvalidError(
+            f"{path}: spec has {plural(counts['error'], 'error')}"
+            + (
+                f" and {plural(counts['warning'], 'warning')} (--strict)"
+                if strict and counts["warning"]
+                else ""
+            ),
+            f"fix the lines above; `gpuclus spec check {path}` lists them again",
+        )
+    return loaded
+
+
+def require_absent_or_force(path: Path, force: bool, what: str) -> None:
+    if path.exists() and not force:
+        raise UsageError(f"{path} already exists; not overwriting the {what}", "pass --force to replace it")

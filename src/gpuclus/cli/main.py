@@ -1,0 +1,90 @@
+"""The `gpuclus` command: one typer app, one module per command group.
+
+Heavy modules (pydantic models, jinja2, ansible-runner) are imported inside
+the commands so that `gpuclus --help` starts fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated
+
+import typer
+
+from gpuclus import __version__
+from gpuclus.cli import init as init_cli
+from gpuclus.cli import render as render_cli
+from gpuclus.cli import spec as spec_cli
+from gpuclus.errors import ExitCode
+
+EPILOG = (
+    "Exit codes: 0 ok, 1 failed, 2 usage, 3 spec invalid, 4 hosts unreachable, 130 interrupted. "
+    "Set GPUCLUS_DEBUG=1 to see tracebacks."
+)
+
+app = typer.Typer(
+    name="gpuclus",
+    help="Turn a few Linux machines with NVIDIA GPUs into a Slurm deep-learning cluster, and prove it works.",
+    epilog=EPILOG,
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    # Locals in tracebacks can hold passwords and keys: never show them.
+    pretty_exceptions_show_locals=False,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode="rich",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpuclus {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit."),
+    ] = False,
+) -> None:
+    """gpuclus: spec → render → deploy → validate."""
+
+
+app.command("init", epilog=EPILOG)(init_cli.init)
+app.add_typer(spec_cli.app, name="spec")
+app.command("render", epilog=EPILOG)(render_cli.render)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: maps what escapes the commands to exit codes, never a traceback.
+
+    Usage errors (unknown option, bad value) are typer's own: a message and
+    exit 2. Commands catch gpuclus errors and Ctrl-C themselves (see
+    cli.common.handled); anything else is a bug and says so in one line.
+    """
+    try:
+        app(args=argv, prog_name="gpuclus")
+    except SystemExit as finished:
+        code = finished.code
+        if code is None:
+            return 0
+        return code if isinstance(code, int) else int(ExitCode.FAILED)
+    except KeyboardInterrupt:
+        sys.stderr.write("gpuclus: interrupted\n")
+        return int(ExitCode.INTERRUPTED)
+    except Exception as problem:
+        if os.environ.get("GPUCLUS_DEBUG") == "1":
+            raise
+        sys.stderr.write(
+            f"gpuclus: internal error: {type(problem).__name__}: {problem}\n"
+            "  hint: run again with GPUCLUS_DEBUG=1 for a traceback, and report it\n"
+        )
+        return int(ExitCode.FAILED)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m gpuclus.cli.main`
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""`gpuclus spec check` and `gpuclus spec schema`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpuclus.cli.common import DEFAULT_SPEC, JsonOption, handled
+from gpuclus.errors import ExitCode, GpuclusError, SpecInvalidError
+from gpuclus.output import Output, findings_summary, plural
+
+app = typer.Typer(
+    help="Check a cluster spec, or print its JSON Schema.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.command("check")
+def check(
+    spec: Annotated[Path, typer.Argument(help="Cluster spec (YAML).")] = DEFAULT_SPEC,
+    strict: Annotated[bool, typer.Option("--strict", help="Treat warnings as errors.")] = False,
+    json_mode: JsonOption = False,
+) -> None:
+    """Report every problem in a spec at once, as file:line with a hint.
+
+    Exit 0 when the spec is valid (warnings allowed unless --strict), 3 when it
+    has errors, 2 when the file cannot be read.
+    """
+    from gpuclus.spec.document import SpecFileError
+    from gpuclus.spec.load import load_spec
+
+    out = Output(json_mode=json_mode)
+    with handled(out, {"file": str(spec)}):
+        try:
+            loaded = load_spec(spec)
+        except SpecFileError as problem:
+            code = ExitCode.USAGE if problem.usage else ExitCode.SPEC_INVALID
+            raise GpuclusError(str(problem), problem.hint, exit_code=code) from None
+        counts = findings_summary(loaded.findings)
+        failed = counts["error"] > 0 or (strict and counts["warning"] > 0)
+        topology = loaded.topology
+        summary = {
+            "nodes": len(topology.nodes) if topology else None,
+            "gpus": sum(node.gpu_count for node in topology.nodes) if topology else None,
+        }
+        out.emit(
+            {
+                "ok": not failed,
+                "file": str(spec),
+                "counts": counts,
+                "findings": [finding.as_dict() for finding in loaded.findings],
+                **summary,
+            }
+        )
+        out.findings(loaded.findings, to_stderr=False)
+        tally = (
+            ", ".join(plural(counts[level], level) for level in ("error", "warning") if counts[level])
+            or "no problems"
+        )
+        if failed:
+            # The findings are this command's result, already printed or in the
+            # JSON object: only the exit code is left to give.
+            if not json_mode:
+                out.fail(SpecInvalidError(f"{spec}: {tally}", "fix the lines above, then check again"))
+            raise typer.Exit(int(ExitCode.SPEC_INVALID))
+        out.result(f"[green]✓[/] {spec}: valid — {summary['nodes']} nodes, {summary['gpus']} GPUs ({tally})")
+
+
+@app.command("schema")
+def schema(
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Write the schema to this file instead of stdout.")
+    ] = None,
+    json_mode: JsonOption = False,
+) -> None:
+    """Print the spec's JSON Schema, for editors (yaml-language-server) and CI.
+
+    The schema is JSON already, so --json changes nothing; it is accepted like
+    on every other command.
+    """
+    from gpuclus.spec.schema import spec_json_schema
+
+    out = Output(json_mode=json_mode)
+    with handled(out):
+        text = json.dumps(spec_json_schema(), indent=2, sort_keys=True) + "\n"
+        if output is None:
+            out.raw(text)
+            return
+        from gpuclus.fileio import write_text_atomic
+
+        write_text_atomic(output, text)
+        if json_mode:
+            out.emit({"ok": True, "file": str(output)})
+        else:
+            out.err.print(f"wrote {output}")

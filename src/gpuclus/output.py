@@ -1,0 +1,97 @@
+"""One output object, two modes: human (rich, colours) and --json.
+
+In JSON mode stdout carries exactly one JSON object and nothing else; in
+human mode results go to stdout and errors, warnings and notes to stderr.
+Everything printed through rich is escaped: spec values such as gpu[01-04]
+would otherwise be read as markup.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from gpuclus.errors import GpuclusError
+from gpuclus.spec.findings import Finding, Level
+
+_LEVEL_STYLE = {Level.ERROR: "bold red", Level.WARNING: "yellow", Level.INFO: "cyan"}
+
+
+class Output:
+    def __init__(self, *, json_mode: bool) -> None:
+        self.json_mode = json_mode
+        self.out = Console(highlight=False, soft_wrap=True)
+        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+    # Results -----------------------------------------------------------------
+    def emit(self, payload: dict[str, Any]) -> None:
+        """Print the command's one JSON object (JSON mode only)."""
+        if self.json_mode:
+            sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+            sys.stdout.flush()
+
+    def result(self, text: str) -> None:
+        """A human result line on stdout (markup allowed; escape values yourself)."""
+        if not self.json_mode:
+            self.out.print(text)
+
+    def raw(self, text: str) -> None:
+        """Text that must reach stdout untouched in either mode (a schema, a file)."""
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+
+    # Notes and problems --------------------------------------------------------
+    def note(self, text: str) -> None:
+        if not self.json_mode:
+            self.err.print(text)
+
+    def warn(self, text: str) -> None:
+        if not self.json_mode:
+            self.err.print(f"[yellow]warning:[/] {escape(text)}")
+
+    def fail(self, problem: GpuclusError, extra: dict[str, Any] | None = None) -> None:
+        if self.json_mode:
+            self.emit({"ok": False, "error": problem.as_dict(), **(extra or {})})
+            return
+        self.err.print(f"[bold red]error:[/] {escape(problem.message)}")
+        if problem.hint:
+            self.err.print(f"  [dim]hint:[/] {escape(problem.hint)}")
+
+    def findings(self, findings: list[Finding], *, to_stderr: bool = True) -> None:
+        """file:line:col: level[code] path: message, the source line with a caret, the hint."""
+        if self.json_mode:
+            return
+        console = self.err if to_stderr else self.out
+        for finding in findings:
+            where = finding.file or "spec"
+            if finding.line is not None:
+                where += f":{finding.line}"
+                if finding.column is not None:
+                    where += f":{finding.column}"
+            style = _LEVEL_STYLE[finding.level]
+            console.print(
+                f"[bold]{escape(where)}:[/] [{style}]{finding.level.value}[/][dim]\\[{finding.code}][/] "
+                f"{escape(finding.path)}: {escape(finding.message)}"
+            )
+            if finding.source_line is not None and finding.line is not None:
+                gutter = f"{finding.line:>5} | "
+                console.print(f"[dim]{escape(gutter)}[/]{escape(finding.source_line)}")
+                caret_at = max((finding.column or 1) - 1, 0)
+                console.print(f"[dim]{' ' * 6}| [/]{' ' * caret_at}[{style}]^[/]")
+            if finding.hint:
+                console.print(f"  [dim]hint:[/] {escape(finding.hint)}")
+
+
+def findings_summary(findings: list[Finding]) -> dict[str, int]:
+    counts = {level.value: 0 for level in Level}
+    for finding in findings:
+        counts[finding.level.value] += 1
+    return counts
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"

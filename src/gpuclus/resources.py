@@ -1,0 +1,27 @@
+"""Where gpuclus' own files (templates, playbooks, roles) are.
+
+From a source checkout or an editable install they sit at the top of the
+repository; a wheel carries them under gpuclus/_data/ (see pyproject.toml).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+@cache
+def data_dir(name: str) -> Path:
+    """The directory ``name`` (templates, playbooks, roles), wherever it was installed."""
+    for candidate in (_PACKAGE / "_data" / name, _PACKAGE.parent.parent / name):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(
+        f"gpuclus installation is missing its {name}/ directory (looked beside {_PACKAGE})"
+    )
+
+
+def templates_dir() -> Path:
+    return data_dir("templates")

@@ -1,0 +1,249 @@
+"""The cluster spec, v1: pydantic models for structure and types.
+
+Meaning across fields (one controller, partitions naming real nodes, ...) is
+checked in ``checks.py``, which reports every problem at once with a code and
+a hint. The field descriptions here feed ``gpuclus spec schema`` and
+docs/spec.md, so keep them written for a cluster admin.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+API_VERSION = "gpuclus/v1"
+
+
+class Role(enum.StrEnum):
+    CONTROLLER = "controller"
+    COMPUTE = "compute"
+    LOGIN = "login"
+    NFS_SERVER = "nfs_server"
+    MONITORING = "monitoring"
+
+
+class Fabric(enum.StrEnum):
+    ETHERNET = "ethernet"
+    INFINIBAND = "infiniband"
+    ROCE = "roce"
+
+
+class _Model(BaseModel):
+    # coerce_numbers_to_str: `branch: 550` is how people write it.
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, coerce_numbers_to_str=True)
+
+
+def _version_text(value: Any) -> Any:
+    # YAML reads 23.10 as the float 23.1; refusing floats is the only way not
+    # to pin the wrong version silently.
+    if isinstance(value, float):
+        raise ValueError(
+            f'write the version in quotes ("{value}" as YAML reads it is a number, not a version)'
+        )
+    return value
+
+
+VersionText = Annotated[str, BeforeValidator(_version_text)]
+
+
+# A DNS label as Slurm and /etc/hosts accept it; upper case is allowed by DNS
+# but Slurm node names are case sensitive, so we keep names lower case.
+NODE_NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
+CLUSTER_NAME_PATTERN = r"^[a-z][a-z0-9-]{0,39}$"
+USER_PATTERN = r"^[a-z_][a-z0-9_-]{0,31}$"
+ABSOLUTE_PATH = r"^/[^\s]*$"
+PARTITION_PATTERN = r"^[A-Za-z0-9_-]{1,40}$"
+MAX_TIME_PATTERN = r"^(UNLIMITED|INFINITE|\d+(-\d{1,2})?(:\d{1,2}){0,2})$"
+VERSION_PATTERN = r"^\d+\.\d+(\.\d+)?([-.][0-9A-Za-z.+~-]+)?$"
+
+# What each pattern means, for error messages a person can act on.
+PATTERN_RULES = {
+    NODE_NAME_PATTERN: "is not a plain lower-case host name",
+    CLUSTER_NAME_PATTERN: "must start with a lower-case letter and use only a-z, 0-9 and '-' (at most 40)",
+    USER_PATTERN: "is not a valid Linux user name (lower case, digits, '_' and '-')",
+    ABSOLUTE_PATH: "must be an absolute path without spaces (starting with /)",
+    PARTITION_PATTERN: "may use only letters, digits, '_' and '-' (at most 40)",
+    MAX_TIME_PATTERN: "is not a Slurm time (UNLIMITED, minutes, or days-hours:minutes:seconds)",
+    VERSION_PATTERN: "is not a version like 22.05.8",
+    r"^\d{3}$": "is not a driver branch like 550",
+    r"^\d+\.\d+$": "is not a version like 12.4",
+}
+
+
+class Gpus(_Model):
+    count: int = Field(ge=1, le=64, description="GPUs in each node of this entry.")
+    model: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="GPU model as nvidia-smi names it (e.g. 'H100'); validate compares it. "
+        "Also used as the Slurm GRES type when set.",
+    )
+    fake: bool = Field(
+        default=False,
+        description="Device nodes without a driver (the sandbox). Slurm schedules them; validate reports "
+        "GPU checks on them as SKIP, never as PASS.",
+    )
+
+
+class NodeEntry(_Model):
+    name: str = Field(
+        min_length=1,
+        max_length=200,
+        description="Host name, or a hostlist range such as 'gpu[01-16]' that expands to several nodes.",
+    )
+    address: str = Field(
+        min_length=1,
+        max_length=300,
+        description="IPv4, IPv6 or DNS name gpuclus connects to; a range such as '10.0.0.[11-26]' must "
+        "expand to as many addresses as the name does.",
+    )
+    roles: list[Role] = Field(
+        min_length=1,
+        description="Any of: controller, compute, login, nfs_server, monitoring.",
+    )
+    gpus: Gpus | None = Field(default=None, description="GPUs per node; leave out for CPU-only nodes.")
+    cpus: int | None = Field(
+        default=None, ge=1, le=4096, description="CPUs for slurm.conf; probed from the node when left out."
+    )
+    memory_mb: int | None = Field(
+        default=None,
+        ge=256,
+        description="RealMemory for slurm.conf in MiB; probed from the node (minus a reserve) when left out.",
+    )
+
+
+class ClusterInfo(_Model):
+    name: str = Field(
+        pattern=CLUSTER_NAME_PATTERN,
+        description="Cluster name (Slurm ClusterName): lower case letters, digits and '-', at most 40.",
+    )
+    admin_user: str = Field(
+        pattern=USER_PATTERN,
+        description="User gpuclus logs in as over SSH; needs passwordless sudo on every node.",
+    )
+
+
+class Partition(_Model):
+    name: str = Field(pattern=PARTITION_PATTERN, description="Slurm partition name.")
+    nodes: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Hostlist of compute nodes in it (e.g. 'gpu[01-04]'); all compute nodes when left out.",
+    )
+    default: bool = Field(default=False, description="The partition jobs go to when they name none.")
+    max_time: str = Field(
+        default="UNLIMITED",
+        pattern=MAX_TIME_PATTERN,
+        description="Slurm MaxTime: UNLIMITED, minutes, or [days-]hours:minutes:seconds.",
+    )
+
+
+class Slurm(_Model):
+    version: VersionText | None = Field(
+        default=None,
+        pattern=VERSION_PATTERN,
+        description="Pin the Slurm package version (e.g. '22.05.8'); the distribution's version "
+        "when left out.",
+    )
+    accounting: bool = Field(default=True, description="slurmdbd + MariaDB on the controller, for sacct.")
+    partitions: list[Partition] = Field(
+        default_factory=list,
+        description="Partitions; one default partition 'gpu' with every compute node when empty.",
+    )
+
+
+def _export_from_string(value: Any) -> Any:
+    # `exports: [/home]` is the short form of `exports: [{path: /home}]`.
+    if isinstance(value, str):
+        return {"path": value}
+    return value
+
+
+class NfsExport(_Model):
+    path: str = Field(pattern=ABSOLUTE_PATH, description="Directory exported by the NFS server.")
+    mount: str | None = Field(
+        default=None,
+        pattern=ABSOLUTE_PATH,
+        description="Where clients mount it; the same path as on the server when left out.",
+    )
+    options: str = Field(
+        default="rw,sync,no_subtree_check",
+        pattern=r"^[A-Za-z0-9_=,:-]+$",
+        description="Export options for /etc/exports (root_squash is the default, which is the safe one).",
+    )
+
+    @property
+    def mount_point(self) -> str:
+        return self.mount or self.path
+
+
+class Nfs(_Model):
+    exports: list[Annotated[NfsExport, BeforeValidator(_export_from_string)]] = Field(
+        default_factory=list,
+        description="Shared directories; each is a path or {path, mount, options}. No NFS when empty.",
+    )
+    server_impl: Literal["kernel", "ganesha"] = Field(
+        default="kernel",
+        description="kernel (nfs-kernel-server, for real nodes) or ganesha (user space; the sandbox).",
+    )
+    client_options: str = Field(
+        default="rw,hard,_netdev,x-systemd.automount",
+        pattern=r"^[A-Za-z0-9_=,.:-]+$",
+        description="Mount options used on the clients.",
+    )
+
+
+class NvidiaDriver(_Model):
+    install: bool = Field(default=True, description="Install the NVIDIA driver on GPU nodes.")
+    branch: str = Field(default="550", pattern=r"^\d{3}$", description="Driver branch, e.g. '550'.")
+
+
+class Cuda(_Model):
+    install: bool = Field(default=True, description="Install the CUDA toolkit on GPU nodes.")
+    version: VersionText = Field(
+        default="12.4", pattern=r"^\d+\.\d+$", description="CUDA toolkit version, e.g. '12.4'."
+    )
+
+
+class Nvidia(_Model):
+    driver: NvidiaDriver = Field(default_factory=NvidiaDriver)
+    cuda: Cuda = Field(default_factory=Cuda)
+
+
+class Containers(_Model):
+    enroot: bool = Field(default=True, description="Install Enroot on compute nodes.")
+    pyxis: bool = Field(default=True, description="Install the Pyxis SPANK plugin (srun --container-image).")
+
+
+class Monitoring(_Model):
+    prometheus: bool = Field(
+        default=True, description="Prometheus on the monitoring node, exporters everywhere."
+    )
+    grafana: bool = Field(default=True, description="Grafana on the monitoring node.")
+
+
+class Network(_Model):
+    fabric: Fabric = Field(
+        default=Fabric.ETHERNET, description="ethernet, infiniband or roce; sets validate's thresholds."
+    )
+    link_gbps: int = Field(default=10, ge=1, le=3200, description="Per-NIC line rate in Gbit/s.")
+    nics_per_node: int = Field(default=1, ge=1, le=16, description="NICs per node used for GPU traffic.")
+
+
+class ClusterSpec(_Model):
+    """The whole cluster: what `gpuclus deploy` builds and `gpuclus validate` checks."""
+
+    api_version: Literal["gpuclus/v1"] = Field(
+        alias="apiVersion", description="Spec format version; must be gpuclus/v1."
+    )
+    cluster: ClusterInfo
+    nodes: list[NodeEntry] = Field(min_length=1, description="Nodes, one entry per host or hostlist range.")
+    slurm: Slurm = Field(default_factory=Slurm)
+    nfs: Nfs = Field(default_factory=Nfs)
+    nvidia: Nvidia = Field(default_factory=Nvidia)
+    containers: Containers = Field(default_factory=Containers)
+    monitoring: Monitoring = Field(default_factory=Monitoring)
+    network: Network = Field(default_factory=Network)
