@@ -53,7 +53,7 @@ def write_spec(directory: Path, compute_nodes: int) -> Path:
 
 def time_in_process(spec_path: Path, out_dir: Path, repeat: int) -> tuple[float, float, int]:
     """Median seconds of load + check + render (files written), excluding imports."""
-    from gpuclus.render import render_files, write_render
+    from gpuclus.render import render_files, write_rendered
     from gpuclus.spec.load import load_spec
 
     samples: list[float] = []
@@ -68,7 +68,7 @@ def time_in_process(spec_path: Path, out_dir: Path, repeat: int) -> tuple[float,
         rendered = render_files(
             loaded.spec, loaded.topology, source_name=spec_path.name, state_dir="../.gpuclus"
         )
-        write_render(rendered, out_dir, force=False)
+        write_rendered(out_dir, rendered, force=False)
         end = time.perf_counter()
         samples.append(end - start)
         render_only.append(end - rendered_at)

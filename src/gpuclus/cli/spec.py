@@ -67,7 +67,10 @@ def check(
             if not json_mode:
                 out.fail(SpecInvalidError(f"{spec}: {tally}", "fix the lines above, then check again"))
             raise typer.Exit(int(ExitCode.SPEC_INVALID))
-        out.result(f"[green]✓[/] {spec}: valid — {summary['nodes']} nodes, {summary['gpus']} GPUs ({tally})")
+        out.result(
+            f"[green]✓[/] {spec}: valid — {plural(summary['nodes'] or 0, 'node')}, "
+            f"{plural(summary['gpus'] or 0, 'GPU')} ({tally})"
+        )
 
 
 @app.command("schema")

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from gpuclus.spec import hostlist
 from gpuclus.spec.findings import Finding, Level, error, info, warning
 from gpuclus.spec.models import ClusterSpec, Role
-from gpuclus.spec.topology import Topology
+from gpuclus.spec.topology import Node, Topology
 
 Check = Callable[[ClusterSpec, Topology], list[Finding]]
 CHECKS: list[Check] = []
@@ -95,19 +95,33 @@ def node_names(spec: ClusterSpec, topology: Topology) -> list[Finding]:
                     "with '-'; Slurm and /etc/hosts need plain host names",
                 )
             )
-    counts = Counter(node.name for node in topology.nodes)
-    for name, count in sorted(counts.items()):
-        if count > 1:
-            second = [node for node in topology.nodes if node.name == name][1]
-            findings.append(
-                error(
-                    "duplicate-node-name",
-                    f"node name {name!r} is used {count} times",
-                    _node_loc(second.entry, "name"),
-                    hint="every node needs its own name; check overlapping hostlist ranges",
-                )
+    for first, second, names in _collisions(topology, lambda node: node.name):
+        findings.append(
+            error(
+                "duplicate-node-name",
+                f"node name(s) {hostlist.compress(names)} given in nodes[{first}] are used again here",
+                _node_loc(second, "name"),
+                hint="every node needs its own name; check overlapping hostlist ranges",
             )
+        )
     return findings
+
+
+def _collisions(topology: Topology, key: Callable[[Node], str]) -> list[tuple[int, int, list[str]]]:
+    """Values shared by nodes, grouped per pair of spec entries (first user, later user).
+
+    One finding per pair of entries, not per host: two overlapping 1000-host
+    ranges are one mistake. Linear in the number of nodes.
+    """
+    owner: dict[str, int] = {}
+    pairs: dict[tuple[int, int], list[str]] = {}
+    for node in topology.nodes:
+        value = key(node)
+        if value in owner:
+            pairs.setdefault((owner[value], node.entry), []).append(value)
+        else:
+            owner[value] = node.entry
+    return [(first, second, values) for (first, second), values in pairs.items()]
 
 
 def address_problem(address: str) -> str | None:
@@ -146,18 +160,16 @@ def node_addresses(spec: ClusterSpec, topology: Topology) -> list[Finding]:
                     hint="use an IPv4 address (10.0.0.11), an IPv6 address or a DNS name",
                 )
             )
-    counts = Counter(node.address.lower() for node in topology.nodes)
-    for address, count in sorted(counts.items()):
-        if count > 1:
-            users = [node for node in topology.nodes if node.address.lower() == address]
-            findings.append(
-                error(
-                    "duplicate-address",
-                    f"address {address!r} is given to {count} nodes ({', '.join(n.name for n in users)})",
-                    _node_loc(users[1].entry, "address"),
-                    hint="each node needs its own address; give one node several roles instead",
-                )
+    for first, second, addresses in _collisions(topology, lambda node: node.address.lower()):
+        shown = addresses[0] if len(addresses) == 1 else f"{addresses[0]} and {len(addresses) - 1} more"
+        findings.append(
+            error(
+                "duplicate-address",
+                f"address {shown} given in nodes[{first}] is used again here",
+                _node_loc(second, "address"),
+                hint="each node needs its own address; give one node several roles instead",
             )
+        )
     return findings
 
 
@@ -315,7 +327,7 @@ def nfs(spec: ClusterSpec, topology: Topology) -> list[Finding]:
                 "nfs-server-without-exports",
                 f"node {servers[0].name!r} has the nfs_server role but nfs.exports is empty",
                 _node_loc(servers[0].entry, "roles"),
-                hint="list the shared directories under nfs.exports (e.g. [/home, /shared]) or drop the role",
+                hint="list the shared directories under nfs.exports (e.g. [/shared]) or drop the role",
             )
         )
     for attribute, label in (("path", "exported"), ("mount_point", "mounted")):

@@ -8,6 +8,7 @@ which PyYAML silently merges, are reported here as findings.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,42 +129,108 @@ def read_spec_text(path: Path) -> str:
         ) from None
 
 
+class _SpecLoader(yaml.SafeLoader):
+    """SafeLoader without YAML 1.1's base-60 numbers.
+
+    YAML 1.1 reads ``max_time: 2:00:00`` as the integer 7200; YAML 1.2 and
+    every admin read it as a time. Dropping the sexagesimal forms keeps such
+    values as the text that was written.
+    """
+
+
+_SpecLoader.yaml_implicit_resolvers = {
+    first: [
+        (tag, regexp)
+        for tag, regexp in resolvers
+        if tag not in {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
+    ]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_SpecLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int",
+    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+    list("-+0123456789"),
+)
+_SpecLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9_]+(?:[eE][-+][0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
+
+
+_SYNTAX_HINT = (
+    "check indentation and quoting on this line or the one above; "
+    "quote values that contain ': ' or start with [ { * &"
+)
+
+
+class _TreeError(Exception):
+    """A YAML construct the spec refuses (cycles, bombs, odd keys), with where it is."""
+
+    def __init__(self, message: str, node: yaml.Node) -> None:
+        super().__init__(message)
+        self.message = message
+        self.position = _mark(node)
+
+
 def parse_spec_text(text: str, path: str) -> SpecDocument:
-    """Parse YAML text into a SpecDocument; YAML errors become findings."""
+    """Parse YAML text into a SpecDocument; every YAML problem becomes a finding."""
     document = SpecDocument(path=path, text=text, data=None)
+
+    def problem(
+        code: str, message: str, hint: str | None, line: int | None = None, column: int | None = None
+    ) -> None:
+        finding = error(code, message, hint=hint)
+        source = document.source_line(line) if line is not None else None
+        document.findings.append(finding.located(path, line, column, source))
+
     if not text.strip():
-        document.findings.append(
-            error("empty-file", "the spec is empty", hint="start from `gpuclus init` or an example spec")
-        )
+        problem("empty-file", "the spec is empty", "start from `gpuclus init` or an example spec")
         return document
-    loader = yaml.SafeLoader(text)
+    loader: _SpecLoader | None = None
     try:
+        # The reader checks characters as it is created: control characters
+        # (a pasted colour code) fail here, not later.
+        loader = _SpecLoader(text)
         node = loader.get_single_node()
         if node is None:
-            document.findings.append(
-                error("empty-file", "the spec holds only comments", hint="start from `gpuclus init`")
-            )
+            problem("empty-file", "the spec holds only comments", "start from `gpuclus init`")
             return document
-        document.data = _build(node, (), document, loader)
+        document.data = _Builder(document, loader).build(node, ())
+        if document.data is None:
+            problem("empty-file", "the spec holds no data (just null)", "start from `gpuclus init`", 1, 1)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        problem = exc.problem or exc.context or "malformed YAML"
-        finding = error(
+        reason = exc.problem or exc.context or "malformed YAML"
+        line, column = (mark.line + 1, mark.column + 1) if mark is not None else (None, None)
+        problem("yaml-syntax", f"invalid YAML: {reason}", _SYNTAX_HINT, line, column)
+        document.data = None
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        problem(
             "yaml-syntax",
-            f"invalid YAML: {problem}",
-            hint="check indentation and quoting on this line or the one above; "
-            "quote values that contain ': ' or start with [ { * &",
+            f"character {exc.character!r} cannot appear in YAML text",
+            "remove control characters (often a pasted terminal colour code)",
+            line,
+            column,
         )
-        if mark is not None:
-            line = mark.line + 1
-            finding = finding.located(path, line, mark.column + 1, document.source_line(line))
-        document.findings.append(finding)
+        document.data = None
+    except _TreeError as exc:
+        problem("yaml-syntax", exc.message, None, exc.position.line, exc.position.column)
+        document.data = None
+    except RecursionError:
+        problem("yaml-syntax", "the YAML is nested too deeply to be a cluster spec", None)
         document.data = None
     except yaml.YAMLError as exc:
-        document.findings.append(error("yaml-syntax", f"invalid YAML: {exc}"))
+        problem("yaml-syntax", f"invalid YAML: {exc}", _SYNTAX_HINT)
         document.data = None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return document
 
 
@@ -175,47 +242,79 @@ def _mark(node: yaml.Node) -> Position:
     return Position(node.start_mark.line + 1, node.start_mark.column + 1)
 
 
-def _build(node: yaml.Node, loc: Loc, document: SpecDocument, loader: yaml.SafeLoader) -> Any:
-    document.value_positions.setdefault(loc, _mark(node))
-    if isinstance(node, yaml.MappingNode | yaml.SequenceNode):
-        document.container_locs.add(loc)
-    if isinstance(node, yaml.MappingNode):
-        return _build_mapping(node, loc, document, loader)
-    if isinstance(node, yaml.SequenceNode):
-        return [_build(item, (*loc, index), document, loader) for index, item in enumerate(node.value)]
-    return loader.construct_object(node, deep=True)
+class _Builder:
+    """Builds plain data from the node tree and records each value's position.
 
+    Aliases are followed (the spec may use anchors), but with limits: a cycle,
+    a "billion laughs" expansion or absurd nesting is refused with a finding
+    instead of eating the machine.
+    """
 
-def _build_mapping(
-    node: yaml.MappingNode, loc: Loc, document: SpecDocument, loader: yaml.SafeLoader
-) -> dict[Any, Any]:
-    result: dict[Any, Any] = {}
-    for key_node, value_node in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":
-            # `<<: *defaults` - merged keys keep the anchor's positions.
-            merged = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
-            for source in merged:
-                for key, value in _build(source, loc, document, loader).items():
-                    result.setdefault(key, value)
-            continue
-        key = loader.construct_object(key_node, deep=True)
-        if not isinstance(key, str | int | float | bool) and key is not None:
-            raise yaml.constructor.ConstructorError(
-                None, None, "a mapping key must be a plain value", key_node.start_mark
+    # A 10,000-node spec written host by host builds well under 100,000 values.
+    MAX_VALUES = 200_000
+    MAX_DEPTH = 64
+
+    def __init__(self, document: SpecDocument, loader: _SpecLoader) -> None:
+        self.document = document
+        self.loader = loader
+        self.values = 0
+        self.active: set[int] = set()
+
+    def build(self, node: yaml.Node, loc: Loc) -> Any:
+        self.values += 1
+        if self.values > self.MAX_VALUES:
+            raise _TreeError(
+                f"the spec expands to more than {self.MAX_VALUES} values (aliases repeated many times?)", node
             )
-        child: Loc = (*loc, key if isinstance(key, str | int) else str(key))
-        document.key_positions[child] = _mark(key_node)
-        if key in result:
-            document.findings.append(
-                document.locate(
-                    error(
-                        "duplicate-key",
-                        f"key {key!r} appears more than once; YAML keeps only the last one",
-                        child,
-                        hint="remove or merge the repeated key",
-                    ),
-                    prefer_key=True,
+        if len(loc) > self.MAX_DEPTH:
+            raise _TreeError(f"values nested more than {self.MAX_DEPTH} levels deep", node)
+        if id(node) in self.active:
+            raise _TreeError("an alias refers to its own anchor (a cycle)", node)
+        self.document.value_positions.setdefault(loc, _mark(node))
+        if isinstance(node, yaml.ScalarNode):
+            return self.loader.construct_object(node, deep=True)
+        self.document.container_locs.add(loc)
+        self.active.add(id(node))
+        try:
+            if isinstance(node, yaml.MappingNode):
+                return self._mapping(node, loc)
+            return [self.build(item, (*loc, index)) for index, item in enumerate(node.value)]
+        finally:
+            self.active.discard(id(node))
+
+    def _mapping(self, node: yaml.MappingNode, loc: Loc) -> dict[str, Any]:
+        explicit: dict[str, Any] = {}
+        merge_sources: list[yaml.Node] = []
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                merge_sources.extend(sources)
+                continue
+            key = self.loader.construct_object(key_node, deep=True)
+            if not isinstance(key, str):
+                raise _TreeError(f'keys must be text, not {key!r} (quote it, e.g. "{key}": ...)', key_node)
+            child: Loc = (*loc, key)
+            self.document.key_positions[child] = _mark(key_node)
+            if key in explicit:
+                self.document.findings.append(
+                    self.document.locate(
+                        error(
+                            "duplicate-key",
+                            f"key {key!r} appears more than once; YAML keeps only the last one",
+                            child,
+                            hint="remove or merge the repeated key",
+                        ),
+                        prefer_key=True,
+                    )
                 )
-            )
-        result[key] = _build(value_node, child, document, loader)
-    return result
+            explicit[key] = self.build(value_node, child)
+        # `<<: *defaults`: explicit keys win over merged ones wherever they are
+        # written. Merged after the explicit keys so that positions recorded
+        # first (setdefault) are those of the keys actually in effect.
+        merged: dict[str, Any] = {}
+        for source in merge_sources:
+            if not isinstance(source, yaml.MappingNode):
+                raise _TreeError("`<<` can only merge mappings (an anchor of key: value lines)", source)
+            for key, value in self.build(source, loc).items():
+                merged.setdefault(key, value)
+        return {**merged, **explicit}

@@ -37,8 +37,8 @@ def _expand_group(body: str, expression: str) -> list[str]:
         high = int(high_text) if high_text is not None else low
         if high < low:
             raise HostlistError(f"range {term!r} in {expression!r} runs backwards")
-        if high - low + 1 > MAX_HOSTS:
-            raise HostlistError(f"range {term!r} in {expression!r} names more than {MAX_HOSTS} hosts")
+        if len(values) + high - low + 1 > MAX_HOSTS:
+            raise HostlistError(f"{expression!r} names more than {MAX_HOSTS} hosts")
         values.extend(str(number).zfill(width) for number in range(low, high + 1))
     return values
 
@@ -104,6 +104,8 @@ def expand_list(expressions: str) -> list[str]:
         if not item:
             raise HostlistError(f"empty entry in host list {expressions!r}")
         hosts.extend(expand(item))
+        if len(hosts) > MAX_HOSTS:
+            raise HostlistError(f"host list {expressions[:60]!r}... names more than {MAX_HOSTS} hosts")
     return hosts
 
 
@@ -117,19 +119,25 @@ def compress(hosts: Iterable[str]) -> str:
     the result is deterministic (groups in first-seen order, numbers sorted),
     and ``expand_list(compress(x))`` returns the same set of names.
     """
+    names = list(dict.fromkeys(hosts))
+    parsed = [(host, _NUMBERED.match(host)) for host in names]
+    # A zero-padded number fixes its group's width; an unpadded number of that
+    # same length (dgx10 beside dgx01) reads the same at that width and joins it.
+    padded_widths = {
+        (m.group(1), m.group(3), len(m.group(2)))
+        for _, m in parsed
+        if m is not None and m.group(2).startswith("0") and len(m.group(2)) > 1
+    }
     groups: dict[tuple[str, str, int], list[int]] = {}
     order: list[tuple[str, str, int] | str] = []
-    for host in hosts:
-        match = _NUMBERED.match(host)
+    for host, match in parsed:
         if match is None:
-            if host not in order:
-                order.append(host)
+            order.append(host)
             continue
         prefix, digits, suffix = match.groups()
-        # Unpadded numbers of different lengths (9, 10) share one group; a
-        # zero-padded one (09) only groups with its own width.
-        width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
-        key = (prefix, suffix, width)
+        key = (prefix, suffix, len(digits))
+        if key not in padded_widths:
+            key = (prefix, suffix, 0)  # unpadded: 9 and 10 share one range
         if key not in groups:
             groups[key] = []
             order.append(key)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 API_VERSION = "gpuclus/v1"
 
@@ -31,8 +31,18 @@ class Fabric(enum.StrEnum):
 
 
 class _Model(BaseModel):
-    # coerce_numbers_to_str: `branch: 550` is how people write it.
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, coerce_numbers_to_str=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _number_text(value: Any) -> Any:
+    # `branch: 550`, `max_time: 60` and `model: 4090` are how people write
+    # them; YAML hands us integers.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+NumberText = Annotated[str, BeforeValidator(_number_text, json_schema_input_type=str | int)]
 
 
 def _version_text(value: Any) -> Any:
@@ -45,15 +55,13 @@ def _version_text(value: Any) -> Any:
     return value
 
 
-VersionText = Annotated[str, BeforeValidator(_version_text)]
-
-
 # A DNS label as Slurm and /etc/hosts accept it; upper case is allowed by DNS
 # but Slurm node names are case sensitive, so we keep names lower case.
 NODE_NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
 CLUSTER_NAME_PATTERN = r"^[a-z][a-z0-9-]{0,39}$"
 USER_PATTERN = r"^[a-z_][a-z0-9_-]{0,31}$"
 ABSOLUTE_PATH = r"^/[^\s]*$"
+GPU_MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 PARTITION_PATTERN = r"^[A-Za-z0-9_-]{1,40}$"
 MAX_TIME_PATTERN = r"^(UNLIMITED|INFINITE|\d+(-\d{1,2})?(:\d{1,2}){0,2})$"
 VERSION_PATTERN = r"^\d+\.\d+(\.\d+)?([-.][0-9A-Za-z.+~-]+)?$"
@@ -64,6 +72,7 @@ PATTERN_RULES = {
     CLUSTER_NAME_PATTERN: "must start with a lower-case letter and use only a-z, 0-9 and '-' (at most 40)",
     USER_PATTERN: "is not a valid Linux user name (lower case, digits, '_' and '-')",
     ABSOLUTE_PATH: "must be an absolute path without spaces (starting with /)",
+    GPU_MODEL_PATTERN: "must be a short name without spaces, e.g. h100 (it becomes the Slurm GRES type)",
     PARTITION_PATTERN: "may use only letters, digits, '_' and '-' (at most 40)",
     MAX_TIME_PATTERN: "is not a Slurm time (UNLIMITED, minutes, or days-hours:minutes:seconds)",
     VERSION_PATTERN: "is not a version like 22.05.8",
@@ -74,12 +83,11 @@ PATTERN_RULES = {
 
 class Gpus(_Model):
     count: int = Field(ge=1, le=64, description="GPUs in each node of this entry.")
-    model: str | None = Field(
+    model: NumberText | None = Field(
         default=None,
-        min_length=1,
-        max_length=64,
-        description="GPU model as nvidia-smi names it (e.g. 'H100'); validate compares it. "
-        "Also used as the Slurm GRES type when set.",
+        pattern=GPU_MODEL_PATTERN,
+        description="Short GPU model, e.g. 'h100' or 'a100-80gb': the Slurm GRES type (so no spaces), "
+        "and what validate looks for in nvidia-smi's name (case-insensitive).",
     )
     fake: bool = Field(
         default=False,
@@ -134,7 +142,7 @@ class Partition(_Model):
         description="Hostlist of compute nodes in it (e.g. 'gpu[01-04]'); all compute nodes when left out.",
     )
     default: bool = Field(default=False, description="The partition jobs go to when they name none.")
-    max_time: str = Field(
+    max_time: NumberText = Field(
         default="UNLIMITED",
         pattern=MAX_TIME_PATTERN,
         description="Slurm MaxTime: UNLIMITED, minutes, or [days-]hours:minutes:seconds.",
@@ -142,12 +150,14 @@ class Partition(_Model):
 
 
 class Slurm(_Model):
-    version: VersionText | None = Field(
+    version: str | None = Field(
         default=None,
         pattern=VERSION_PATTERN,
         description="Pin the Slurm package version (e.g. '22.05.8'); the distribution's version "
         "when left out.",
     )
+    _version_is_text = field_validator("version", mode="before")(_version_text)
+
     accounting: bool = Field(default=True, description="slurmdbd + MariaDB on the controller, for sacct.")
     partitions: list[Partition] = Field(
         default_factory=list,
@@ -181,7 +191,9 @@ class NfsExport(_Model):
 
 
 class Nfs(_Model):
-    exports: list[Annotated[NfsExport, BeforeValidator(_export_from_string)]] = Field(
+    exports: list[
+        Annotated[NfsExport, BeforeValidator(_export_from_string, json_schema_input_type=str | NfsExport)]
+    ] = Field(
         default_factory=list,
         description="Shared directories; each is a path or {path, mount, options}. No NFS when empty.",
     )
@@ -198,19 +210,21 @@ class Nfs(_Model):
 
 class NvidiaDriver(_Model):
     install: bool = Field(default=True, description="Install the NVIDIA driver on GPU nodes.")
-    branch: str = Field(default="550", pattern=r"^\d{3}$", description="Driver branch, e.g. '550'.")
+    branch: NumberText = Field(default="550", pattern=r"^\d{3}$", description="Driver branch, e.g. '550'.")
 
 
 class Cuda(_Model):
     install: bool = Field(default=True, description="Install the CUDA toolkit on GPU nodes.")
-    version: VersionText = Field(
+    version: str = Field(
         default="12.4", pattern=r"^\d+\.\d+$", description="CUDA toolkit version, e.g. '12.4'."
     )
 
+    _version_is_text = field_validator("version", mode="before")(_version_text)
+
 
 class Nvidia(_Model):
-    driver: NvidiaDriver = Field(default_factory=NvidiaDriver)
-    cuda: Cuda = Field(default_factory=Cuda)
+    driver: NvidiaDriver = Field(default_factory=NvidiaDriver, description="The NVIDIA kernel driver.")
+    cuda: Cuda = Field(default_factory=Cuda, description="The CUDA toolkit.")
 
 
 class Containers(_Model):
@@ -239,7 +253,7 @@ class ClusterSpec(_Model):
     api_version: Literal["gpuclus/v1"] = Field(
         alias="apiVersion", description="Spec format version; must be gpuclus/v1."
     )
-    cluster: ClusterInfo
+    cluster: ClusterInfo = Field(description="Cluster identity: name and admin_user.")
     nodes: list[NodeEntry] = Field(min_length=1, description="Nodes, one entry per host or hostlist range.")
     slurm: Slurm = Field(default_factory=Slurm)
     nfs: Nfs = Field(default_factory=Nfs)

@@ -1,0 +1,50 @@
+"""Turn an InitPlan into the commented cluster.yaml text (pure, deterministic)."""
+
+from __future__ import annotations
+
+from gpuclus.initspec.plan import InitPlan
+from gpuclus.spec.models import Containers, Monitoring, Network, Nvidia, Slurm
+from gpuclus.spec.topology import DEFAULT_PARTITION
+from gpuclus.templating import render_template
+
+TEMPLATE = "init/cluster.yaml.j2"
+
+
+def render_spec(plan: InitPlan) -> str:
+    """The spec text; the same plan always gives the same bytes."""
+    # Defaults come from the models so that init and the loader never disagree.
+    nvidia = Nvidia()
+    network = Network()
+    containers = Containers()
+    monitoring = Monitoring()
+    nodes = [
+        {
+            "name": node.name,
+            "address": node.address,
+            "roles": [role.value for role in node.roles],
+            "gpus": node.gpus,
+        }
+        for node in plan.nodes()
+    ]
+    return render_template(
+        TEMPLATE,
+        cluster_name=plan.name,
+        admin_user=plan.admin_user,
+        workstation=plan.workstation,
+        controller=plan.controller.name,
+        nodes=nodes,
+        gpu_model=plan.gpu_model,
+        exports=list(plan.exports),
+        home_exported="/home" in plan.exports,
+        partition=DEFAULT_PARTITION,
+        accounting=Slurm().accounting,
+        driver_branch=nvidia.driver.branch,
+        cuda_version=nvidia.cuda.version,
+        enroot=containers.enroot,
+        pyxis=containers.pyxis,
+        prometheus=monitoring.prometheus,
+        grafana=monitoring.grafana,
+        fabric=network.fabric.value,
+        link_gbps=network.link_gbps,
+        nics_per_node=network.nics_per_node,
+    )

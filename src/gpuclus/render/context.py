@@ -1,0 +1,252 @@
+"""The data templates render from: a checked spec turned into plain values.
+
+Only dicts, lists, strings, numbers, booleans and None leave this module.
+yaml.safe_dump cannot write a StrEnum, and keeping templates free of pydantic
+models means every value that reaches a file is chosen here, in one place.
+"""
+
+from __future__ import annotations
+
+import shlex
+import unicodedata
+from collections.abc import Iterator
+from pathlib import PurePosixPath
+from typing import Any
+
+from gpuclus import __version__
+from gpuclus.errors import UsageError
+from gpuclus.spec.hostlist import compress
+from gpuclus.spec.models import ClusterSpec, Role
+from gpuclus.spec.topology import Node, Topology, slurm_partitions
+from gpuclus.templating import GENERATED_HEADER
+
+# Beyond this Ansible's parallel SSH sessions cost more in controller CPU and
+# memory than they save; 25 is where most Ansible tuning guides stop.
+MAX_FORKS = 25
+
+# Inventory groups in the order hosts.yml lists them; roles map one to one.
+ROLE_GROUPS: tuple[tuple[str, str], ...] = (
+    (Role.CONTROLLER.value, "runs slurmctld (and slurmdbd with accounting)"),
+    (Role.COMPUTE.value, "runs slurmd; Slurm schedules jobs here"),
+    (Role.LOGIN.value, "where users log in and submit jobs"),
+    (Role.NFS_SERVER.value, "exports the shared directories"),
+    (Role.MONITORING.value, "runs Prometheus and Grafana"),
+)
+GPU_GROUP = ("gpu", "nodes with GPUs: driver, CUDA, GRES")
+
+# Ansible evaluates Jinja in inventory and group_vars values when it uses them;
+# a spec value carrying these would run as a template on the Ansible host.
+_TEMPLATE_MARKERS = ("{{", "{%", "{#")
+
+
+def build_context(
+    spec: ClusterSpec, topology: Topology, *, source_name: str, state_dir: str
+) -> dict[str, Any]:
+    """Everything the templates under templates/render/ use, from a checked spec.
+
+    ``source_name`` is the spec's file name (no directory) and ``state_dir``
+    the .gpuclus/ directory relative to the output directory: both end up in
+    the files, so anything machine-specific would break byte-identical output.
+    """
+    _check_source_name(source_name)
+    _check_state_dir(state_dir)
+    controller = topology.controller
+    if controller is None:
+        raise ValueError("render needs a checked spec with exactly one controller")
+
+    hosts = [{"name": node.name, "vars": _host_vars(node)} for node in topology.nodes]
+    groups = [
+        {
+            "name": role,
+            "about": about,
+            "hosts": [node.name for node in _group_members(spec, topology, Role(role))],
+        }
+        for role, about in ROLE_GROUPS
+    ]
+    groups.append(
+        {"name": GPU_GROUP[0], "about": GPU_GROUP[1], "hosts": [n.name for n in topology.gpu_nodes]}
+    )
+
+    group_vars = {
+        "cluster": _cluster_vars(spec, topology, controller),
+        "slurm": _slurm_vars(spec, topology),
+        "nfs": _nfs_vars(spec, topology),
+        "nvidia": {
+            "gpuclus_nvidia_driver_install": spec.nvidia.driver.install,
+            "gpuclus_nvidia_driver_branch": spec.nvidia.driver.branch,
+            "gpuclus_cuda_install": spec.nvidia.cuda.install,
+            "gpuclus_cuda_version": spec.nvidia.cuda.version,
+        },
+        "containers": {
+            "gpuclus_enroot_install": spec.containers.enroot,
+            "gpuclus_pyxis_install": spec.containers.pyxis,
+        },
+        "monitoring": _monitoring_vars(spec, topology),
+    }
+    context: dict[str, Any] = {
+        "header": GENERATED_HEADER.format(version=__version__, source=source_name),
+        "source": source_name,
+        "inventory": {"admin_user": spec.cluster.admin_user, "hosts": hosts, "groups": groups},
+        "group_vars": group_vars,
+        "ansible_cfg": {
+            "forks": max(1, min(len(topology.nodes), MAX_FORKS)),
+            "state_dir": state_dir,
+            # ssh_args is split like a shell line; quoting keeps a path with
+            # spaces in one piece (and leaves plain paths untouched).
+            "known_hosts_arg": shlex.quote(f"{state_dir}/ssh/known_hosts"),
+        },
+    }
+    _refuse_templates(context["inventory"], context["group_vars"])
+    return context
+
+
+def _host_vars(node: Node) -> dict[str, Any]:
+    values: dict[str, Any] = {"ansible_host": node.address}
+    if node.gpus is not None:
+        values["gpuclus_gpu_count"] = node.gpus.count
+        values["gpuclus_gpu_fake"] = node.gpus.fake
+        if node.gpus.model is not None:
+            values["gpuclus_gpu_model"] = node.gpus.model
+    if node.cpus is not None:
+        values["gpuclus_cpus"] = node.cpus
+    if node.memory_mb is not None:
+        values["gpuclus_memory_mb"] = node.memory_mb
+    return values
+
+
+def _node_record(node: Node) -> dict[str, Any]:
+    return {
+        "name": node.name,
+        "address": node.address,
+        "roles": sorted(role.value for role in node.roles),
+        "gpus": node.gpu_count,
+        "gpu_model": node.gpus.model if node.gpus else None,
+        "gpu_fake": node.gpus.fake if node.gpus else False,
+        "cpus": node.cpus,
+        "memory_mb": node.memory_mb,
+    }
+
+
+def _cluster_vars(spec: ClusterSpec, topology: Topology, controller: Node) -> dict[str, Any]:
+    return {
+        "gpuclus_cluster_name": spec.cluster.name,
+        "gpuclus_admin_user": spec.cluster.admin_user,
+        "gpuclus_controller": controller.name,
+        "gpuclus_controller_address": controller.address,
+        "gpuclus_nodes": [_node_record(node) for node in topology.nodes],
+        "gpuclus_network_fabric": spec.network.fabric.value,
+        "gpuclus_network_link_gbps": spec.network.link_gbps,
+        "gpuclus_network_nics_per_node": spec.network.nics_per_node,
+    }
+
+
+def _slurm_vars(spec: ClusterSpec, topology: Topology) -> dict[str, Any]:
+    partitions = [
+        {
+            "name": partition.name,
+            "nodes": compress(partition.nodes),
+            "default": partition.default,
+            "max_time": partition.max_time,
+        }
+        for partition in slurm_partitions(spec, topology)
+    ]
+    return {
+        "gpuclus_slurm_version": spec.slurm.version,
+        "gpuclus_slurm_accounting": spec.slurm.accounting,
+        "gpuclus_slurm_partitions": partitions,
+    }
+
+
+def _single(topology: Topology, role: Role) -> Node | None:
+    # The checks allow at most one nfs_server and one monitoring node.
+    nodes = topology.with_role(role)
+    return nodes[0] if nodes else None
+
+
+def _nfs_vars(spec: ClusterSpec, topology: Topology) -> dict[str, Any]:
+    server = _single(topology, Role.NFS_SERVER)
+    return {
+        "gpuclus_nfs_server": server.name if server else None,
+        "gpuclus_nfs_server_address": server.address if server else None,
+        "gpuclus_nfs_server_impl": spec.nfs.server_impl,
+        "gpuclus_nfs_exports": [
+            {"path": export.path, "mount": export.mount_point, "options": export.options}
+            for export in spec.nfs.exports
+        ],
+        "gpuclus_nfs_client_options": spec.nfs.client_options,
+    }
+
+
+def _group_members(spec: ClusterSpec, topology: Topology, role: Role) -> list[Node]:
+    # With monitoring on and no node holding the role, the controller runs it
+    # (see Topology.monitoring_server), so the playbooks find it in the group.
+    if role is Role.MONITORING:
+        server = _monitoring_server(spec, topology)
+        return [server] if server is not None else []
+    return topology.with_role(role)
+
+
+def _monitoring_server(spec: ClusterSpec, topology: Topology) -> Node | None:
+    if not (spec.monitoring.prometheus or spec.monitoring.grafana):
+        return _single(topology, Role.MONITORING)
+    return topology.monitoring_server
+
+
+def _monitoring_vars(spec: ClusterSpec, topology: Topology) -> dict[str, Any]:
+    server = _monitoring_server(spec, topology)
+    return {
+        "gpuclus_prometheus_install": spec.monitoring.prometheus,
+        "gpuclus_grafana_install": spec.monitoring.grafana,
+        "gpuclus_monitoring_server": server.name if server else None,
+        "gpuclus_monitoring_server_address": server.address if server else None,
+    }
+
+
+def _has_control_characters(text: str) -> bool:
+    return any(unicodedata.category(char).startswith("C") for char in text)
+
+
+def _check_source_name(source_name: str) -> None:
+    if not source_name or "/" in source_name or "\\" in source_name:
+        raise ValueError(f"source_name must be a file name without directories, not {source_name!r}")
+    if _has_control_characters(source_name):
+        # It lands in a comment line; a newline in it would end the comment.
+        raise UsageError(
+            f"the spec's file name {source_name!r} contains control characters",
+            "rename the spec file (e.g. cluster.yaml)",
+        )
+
+
+def _check_state_dir(state_dir: str) -> None:
+    if PurePosixPath(state_dir).is_absolute():
+        raise ValueError(f"state_dir must be relative to the output directory, not {state_dir!r}")
+    # ansible.cfg is read by configparser: '%' starts an interpolation, ';'
+    # an inline comment, and a newline would end the setting.
+    bad = sorted({char for char in state_dir if char in "%;" or _has_control_characters(char)})
+    if bad:
+        raise UsageError(
+            f"the path from the output directory to the spec's .gpuclus/ ({state_dir!r}) contains "
+            f"{', '.join(repr(char) for char in bad)}, which ansible.cfg cannot hold",
+            "render into a directory whose path has no '%', ';' or control characters",
+        )
+
+
+def _strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _strings(item, f"{where}[{index}]")
+
+
+def _refuse_templates(*parts: Any) -> None:
+    for part in parts:
+        for where, text in _strings(part, ""):
+            if any(marker in text for marker in _TEMPLATE_MARKERS):
+                raise UsageError(
+                    f"{text!r} ({where}) contains Jinja delimiters, which Ansible would evaluate",
+                    "remove '{{', '{%' and '{#' from the spec's values",
+                )

@@ -1,0 +1,213 @@
+"""Put rendered files on disk without silently losing someone's edits.
+
+The manifest ``.gpuclus-render.json`` in the output directory records the
+sha256 of every file gpuclus wrote there. On the next write a file that no
+longer matches its recorded hash was edited by hand, and a file gpuclus never
+recorded is someone else's; either is a conflict unless it already holds the
+new text. Conflicts are all found before anything is written, so a refused
+write changes nothing. The manifest is written last: a crash part way leaves
+the old manifest, and the files written so far read as edits on the next run,
+which is the safe side to err on.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from gpuclus.errors import UsageError
+from gpuclus.fileio import write_text_atomic
+
+MANIFEST_NAME = ".gpuclus-render.json"
+MANIFEST_FORMAT = 1
+
+
+class FileStatus(enum.StrEnum):
+    WRITTEN = "written"
+    UNCHANGED = "unchanged"
+    REMOVED = "removed"
+
+
+@dataclass(frozen=True)
+class FileResult:
+    path: str  # relative to the output directory, with '/'
+    status: FileStatus
+
+
+@dataclass(frozen=True)
+class WriteReport:
+    output_dir: Path
+    files: tuple[FileResult, ...]
+
+    def count(self, status: FileStatus) -> int:
+        return sum(1 for result in self.files if result.status is status)
+
+    @property
+    def changed(self) -> bool:
+        return any(result.status is not FileStatus.UNCHANGED for result in self.files)
+
+
+@dataclass
+class WritePlan:
+    """What a write would do; built without touching the disk beyond reading."""
+
+    output_dir: Path
+    manifest_text: str
+    write: dict[str, str] = field(default_factory=dict)
+    unchanged: list[str] = field(default_factory=list)
+    remove: list[str] = field(default_factory=list)
+    conflicts: dict[str, str] = field(default_factory=dict)  # path -> why
+
+    def report(self) -> WriteReport:
+        results = [FileResult(path, FileStatus.WRITTEN) for path in self.write]
+        results += [FileResult(path, FileStatus.UNCHANGED) for path in self.unchanged]
+        results += [FileResult(path, FileStatus.REMOVED) for path in self.remove]
+        return WriteReport(self.output_dir, tuple(sorted(results, key=lambda result: result.path)))
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def manifest_text(files: Mapping[str, str]) -> str:
+    manifest = {"format": MANIFEST_FORMAT, "files": {path: sha256_text(text) for path, text in files.items()}}
+    return json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+
+
+def plan_write(output_dir: Path, files: Mapping[str, str], *, force: bool = False) -> WritePlan:
+    """Compare ``files`` (relative path -> text) with what ``output_dir`` holds.
+
+    Conflicts are recorded, not raised; ``force`` turns them into writes and
+    removals (except where a directory sits in a file's place).
+    """
+    for path in files:
+        _check_relative(path, "rendered file")
+    if output_dir.exists() and not output_dir.is_dir():
+        raise UsageError(
+            f"{output_dir} exists and is not a directory", "choose another output directory with -o"
+        )
+    plan = WritePlan(output_dir, manifest_text(files))
+    recorded = _read_manifest(output_dir, force=force)
+
+    for path, text in files.items():
+        target = output_dir / path
+        _refuse_blocked_parents(output_dir, target)
+        if not target.exists() and not target.is_symlink():
+            plan.write[path] = text
+            continue
+        if not target.is_file():
+            raise UsageError(
+                f"{target} is in the way: it is not a regular file",
+                "move it away; gpuclus render writes a file there",
+            )
+        current = target.read_bytes()
+        if current == text.encode("utf-8"):
+            plan.unchanged.append(path)
+            continue
+        why = _conflict(path, current, recorded)
+        if why and not force:
+            plan.conflicts[path] = why
+        else:
+            plan.write[path] = text
+
+    for path in sorted(set(recorded) - set(files)):
+        target = output_dir / path
+        if not target.is_file():
+            continue  # already gone; nothing to report
+        why = _conflict(path, target.read_bytes(), recorded)
+        if why and not force:
+            plan.conflicts[path] = f"{why}, and gpuclus no longer renders it"
+        else:
+            plan.remove.append(path)
+    return plan
+
+
+def write_rendered(output_dir: Path, files: Mapping[str, str], *, force: bool = False) -> WriteReport:
+    """Write ``files`` into ``output_dir`` and record them in the manifest.
+
+    Raises UsageError, having written nothing, when a file was edited by hand
+    or is not gpuclus' (unless ``force``). Files an earlier render wrote and
+    this one does not produce are removed.
+    """
+    plan = plan_write(output_dir, files, force=force)
+    if plan.conflicts:
+        listed = ", ".join(f"{path} ({why})" for path, why in sorted(plan.conflicts.items()))
+        raise UsageError(
+            f"not overwriting {len(plan.conflicts)} file(s) in {output_dir} changed outside gpuclus: "
+            f"{listed}",
+            "pass --force to overwrite, or move your edits into cluster.yaml",
+        )
+    for path, text in plan.write.items():
+        write_text_atomic(output_dir / path, text)
+    for path in plan.remove:
+        (output_dir / path).unlink()
+        _prune_empty_parents(output_dir, output_dir / path)
+    manifest = output_dir / MANIFEST_NAME
+    if not manifest.is_file() or manifest.read_text(encoding="utf-8") != plan.manifest_text:
+        write_text_atomic(manifest, plan.manifest_text)
+    return plan.report()
+
+
+def _conflict(path: str, current: bytes, recorded: Mapping[str, str]) -> str | None:
+    if path not in recorded:
+        return "not written by gpuclus"
+    if hashlib.sha256(current).hexdigest() != recorded[path]:
+        return "edited by hand"
+    return None
+
+
+def _check_relative(path: str, what: str) -> None:
+    # Manifest paths decide what gets deleted: one pointing outside the output
+    # directory must never be followed.
+    pure = PurePosixPath(path)
+    if not path or pure.is_absolute() or ".." in pure.parts or path == MANIFEST_NAME or "\\" in path:
+        raise ValueError(f"{what} path {path!r} is not a plain relative path inside the output directory")
+
+
+def _read_manifest(output_dir: Path, *, force: bool) -> dict[str, str]:
+    manifest = output_dir / MANIFEST_NAME
+    if not manifest.exists():
+        return {}
+    try:
+        data: Any = json.loads(manifest.read_text(encoding="utf-8"))
+        recorded = data["files"]
+        if data.get("format") != MANIFEST_FORMAT or not isinstance(recorded, dict):
+            raise ValueError("unknown manifest format")
+        for path, digest in recorded.items():
+            _check_relative(path, "manifest")
+            if not isinstance(digest, str):
+                raise ValueError("digest is not text")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as problem:
+        if force:
+            return {}
+        raise UsageError(
+            f"{manifest} is not a manifest gpuclus can read ({problem})",
+            "pass --force to overwrite the directory, or delete the manifest",
+        ) from None
+    return dict(recorded)
+
+
+def _refuse_blocked_parents(output_dir: Path, target: Path) -> None:
+    # A file where a directory must go would fail half way through writing.
+    for parent in reversed(target.relative_to(output_dir).parents):
+        blocker = output_dir / parent
+        if blocker.exists() and not blocker.is_dir():
+            raise UsageError(
+                f"{blocker} is in the way: gpuclus render needs a directory there",
+                "move it away, or choose another output directory with -o",
+            )
+
+
+def _prune_empty_parents(output_dir: Path, removed: Path) -> None:
+    parent = removed.parent
+    while parent != output_dir and output_dir in parent.parents:
+        try:
+            parent.rmdir()
+        except OSError:
+            return  # not empty: someone else's files live there
+        parent = parent.parent

@@ -1,0 +1,360 @@
+"""Every finding code has a fixture that triggers it, at the right line and path.
+
+Each file ``tests/fixtures/invalid/<code>.yaml`` starts with a header comment::
+
+    # expect: <code> line <N> path <path>
+
+``<N>`` is the 1-based line the problem is written on, or ``-`` when the finding
+has no line (a file of comments has nothing to point at). ``<path>`` is
+``Finding.path`` as printed, so a document-level finding reads ``(document)``.
+The level expected is the one the CODES registry declares for the code.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gpuclus.spec.checks import CHECKS, CODES, run_checks
+from gpuclus.spec.findings import Finding, Level, has_errors, sort_findings
+from gpuclus.spec.load import LoadedSpec, load_spec, load_spec_text
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+INVALID = FIXTURES / "invalid"
+VALID = FIXTURES / "valid"
+
+_HEADER = re.compile(r"^# expect: (?P<code>[a-z0-9-]+) line (?P<line>\d+|-) path (?P<path>\S+)$")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    code: str
+    line: int | None
+    path: str
+
+
+def _expectation(fixture: Path) -> Expectation:
+    first = fixture.read_text(encoding="utf-8").splitlines()[0]
+    match = _HEADER.match(first)
+    assert match, f"{fixture.name}: first line must be '# expect: CODE line N|- path PATH', not {first!r}"
+    line = None if match["line"] == "-" else int(match["line"])
+    return Expectation(match["code"], line, match["path"])
+
+
+def _describe(findings: list[Finding]) -> str:
+    return "\n".join(f"  {f.code} {f.level.value} line={f.line} path={f.path}: {f.message}" for f in findings)
+
+
+@pytest.mark.parametrize("code", sorted(CODES))
+def test_every_code_has_a_fixture_that_triggers_it(code: str) -> None:
+    fixture = INVALID / f"{code}.yaml"
+    assert fixture.is_file(), f"no fixture for code {code!r}: add tests/fixtures/invalid/{code}.yaml"
+    expected = _expectation(fixture)
+    assert expected.code == code, f"{fixture.name} declares code {expected.code!r}"
+    level, _summary = CODES[code]
+
+    result = load_spec(fixture)
+
+    matching = [
+        f
+        for f in result.findings
+        if f.code == code and f.line == expected.line and f.path == expected.path and f.level is level
+    ]
+    assert matching, (
+        f"expected {code} ({level.value}) at line {expected.line}, path {expected.path}; got:\n"
+        + _describe(result.findings)
+    )
+    for finding in matching:
+        assert finding.message.strip()
+        # Every check in checks.py and every loader finding gives a hint; schema
+        # findings use the field's description, which all fixtures' fields have.
+        assert finding.hint and finding.hint.strip(), f"{code} finding has no hint"
+        if finding.line is not None:
+            written = fixture.read_text(encoding="utf-8").splitlines()[finding.line - 1]
+            assert finding.source_line == written
+
+
+@pytest.mark.parametrize("fixture", sorted(INVALID.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_finding_names_its_file(fixture: Path) -> None:
+    # Output prints `file:line:`; a finding without a file reads `spec:` instead.
+    findings = load_spec(fixture).findings
+    assert findings
+    assert [f.file for f in findings] == [str(fixture)] * len(findings)
+
+
+def test_no_fixture_for_a_code_that_does_not_exist() -> None:
+    stale = sorted(p.stem for p in INVALID.glob("*.yaml") if p.stem not in CODES)
+    assert not stale, f"fixtures for codes that are not in CODES: {stale}"
+
+
+def test_codes_registry_levels_and_summaries() -> None:
+    for code, (level, summary) in CODES.items():
+        assert re.fullmatch(r"[a-z]+(-[a-z]+)*", code), code
+        assert isinstance(level, Level)
+        assert summary and not summary.endswith(".")
+
+
+def test_every_semantic_finding_has_a_registered_code_and_level() -> None:
+    # Findings from all fixtures together cover every check; none may invent a
+    # code or a level other than the registry's.
+    for fixture in sorted(INVALID.glob("*.yaml")):
+        for finding in load_spec(fixture).findings:
+            assert finding.code in CODES, f"{fixture.name}: unregistered code {finding.code!r}"
+            assert finding.level is CODES[finding.code][0], f"{fixture.name}: {finding.code} at wrong level"
+
+
+# -- valid specs ---------------------------------------------------------------
+
+
+VALID_SPECS = sorted(VALID.glob("*.yaml"))
+
+
+def test_the_valid_fixtures_exist() -> None:
+    assert {p.stem for p in VALID_SPECS} >= {"minimal", "full", "anchors"}
+
+
+@pytest.mark.parametrize("fixture", VALID_SPECS, ids=lambda p: p.stem)
+def test_valid_spec_loads_without_errors_or_warnings(fixture: Path) -> None:
+    result = load_spec(fixture)
+    problems = [f for f in result.findings if f.level is not Level.INFO]
+    assert not problems, _describe(problems)
+    assert result.ok
+    assert result.spec is not None and result.topology is not None
+
+
+def test_minimal_spec_only_notes_that_it_has_no_gpus() -> None:
+    result = load_spec(VALID / "minimal.yaml")
+    assert [f.code for f in result.findings] == ["no-gpu-nodes"]
+
+
+def test_full_spec_is_clean_and_uses_every_section() -> None:
+    result = load_spec(VALID / "full.yaml")
+    assert result.findings == []
+    data = result.document.data
+    assert set(data) == {
+        "apiVersion",
+        "cluster",
+        "nodes",
+        "slurm",
+        "nfs",
+        "nvidia",
+        "containers",
+        "monitoring",
+        "network",
+    }
+    assert result.topology is not None
+    assert [n.name for n in result.topology.compute] == [f"gpu{i:02d}" for i in range(1, 7)]
+    assert result.topology.by_name()["gpu06"].address == "gpu06.lab.example.org"
+
+
+def test_anchor_spec_resolves_aliases_and_merge_keys() -> None:
+    result = load_spec(VALID / "anchors.yaml")
+    assert result.findings == []
+    assert result.spec is not None
+    merged = result.spec.nodes[2].gpus
+    assert merged is not None
+    assert (merged.count, merged.model, merged.fake) == (8, "H100", False)
+    assert result.spec.nodes[3].gpus == result.spec.nodes[1].gpus
+    assert [n.roles for n in result.spec.nodes[1:]] == [result.spec.nodes[1].roles] * 3
+
+
+# -- all findings at once ------------------------------------------------------
+
+BASE = """\
+apiVersion: gpuclus/v1
+cluster:
+  name: lab
+  admin_user: ubuntu
+nodes:
+  - name: head
+    address: 10.0.0.10
+    roles: [controller, nfs_server, monitoring, login]
+  - name: gpu[01-02]
+    address: 10.0.0.[11-12]
+    roles: [compute]
+    gpus: {count: 2}
+nfs:
+  exports: [/home]
+"""
+
+
+def _codes(result: LoadedSpec) -> list[tuple[str, int | None, str]]:
+    return sorted((f.code, f.line, f.path) for f in result.findings)
+
+
+def test_base_spec_is_clean() -> None:
+    assert load_spec_text(BASE).findings == []
+
+
+def test_five_schema_problems_give_five_findings() -> None:
+    text = """\
+apiVersion: gpuclus/v1
+cluster:
+  name: Lab
+  admin_user: ubuntu
+nodes:
+  - name: head
+    address: 10.0.0.10
+    roles: [controller, nfs_server, monitoring, login, gpu]
+  - name: gpu[01-02]
+    address: 10.0.0.[11-12]
+    roles: [compute]
+    gpus: {count: 0}
+    memroy_mb: 1024
+slurm:
+  accounting: maybe
+nfs:
+  exports: [/home]
+"""
+    result = load_spec_text(text)
+    assert _codes(result) == [
+        ("invalid-choice", 8, "nodes[0].roles[4]"),
+        ("invalid-format", 3, "cluster.name"),
+        ("out-of-range", 12, "nodes[1].gpus.count"),
+        ("unknown-key", 13, "nodes[1].memroy_mb"),
+        ("wrong-type", 15, "slurm.accounting"),
+    ]
+    assert result.spec is None
+    assert not result.ok
+
+
+def test_five_semantic_problems_give_five_findings() -> None:
+    text = """\
+apiVersion: gpuclus/v1
+cluster:
+  name: lab
+  admin_user: ubuntu
+nodes:
+  - name: head
+    address: 10.0.0.11
+    roles: [controller, monitoring, login]
+  - name: gpu[01-02]
+    address: 10.0.0.[11-12]
+    roles: [compute, compute]
+    gpus: {count: 2}
+slurm:
+  partitions:
+    - {name: a, default: true}
+    - {name: b, default: true}
+nfs:
+  exports: [/home]
+containers: {enroot: false, pyxis: true}
+"""
+    result = load_spec_text(text)
+    assert _codes(result) == [
+        ("duplicate-address", 10, "nodes[1].address"),
+        ("duplicate-role", 11, "nodes[1].roles"),
+        ("multiple-default-partitions", 16, "slurm.partitions[1].default"),
+        ("nfs-server-missing", 18, "nfs.exports"),
+        ("pyxis-without-enroot", 19, "containers.pyxis"),
+    ]
+    # Errors come first, then by line.
+    assert [f.level for f in result.findings] == [Level.ERROR] * 4 + [Level.WARNING]
+    assert [f.line for f in result.findings[:4]] == [10, 16, 18, 19]
+    assert result.spec is not None  # structure was fine; only the meaning is wrong
+    assert not result.ok
+
+
+def test_every_check_runs_even_when_an_earlier_one_fails() -> None:
+    result = load_spec_text(BASE.replace("[controller, nfs_server, monitoring, login]", "[login]"))
+    codes = {f.code for f in result.findings}
+    # controller-count is the first check; the checks after it still report.
+    assert {"controller-count", "nfs-server-missing"} <= codes
+    assert result.spec is not None and result.topology is not None
+    assert len(run_checks(result.spec, result.topology)) >= 2
+    assert len(CHECKS) >= 10
+
+
+def test_warnings_and_infos_alone_keep_the_spec_ok() -> None:
+    result = load_spec_text(BASE.replace("roles: [compute]", "roles: [compute, compute]"))
+    assert [f.code for f in result.findings] == ["duplicate-role"]
+    assert not has_errors(result.findings)
+    assert result.ok
+
+
+def test_no_controller_points_at_the_nodes_list() -> None:
+    result = load_spec_text(BASE.replace("controller, ", ""))
+    finding = next(f for f in result.findings if f.code == "controller-count")
+    assert (finding.line, finding.path) == (5, "nodes")
+    assert "no node" in finding.message
+
+
+def test_invalid_node_name_is_reported_once_per_entry() -> None:
+    result = load_spec_text(BASE.replace("gpu[01-02]", "GPU[01-02]"))
+    found = [f for f in result.findings if f.code == "invalid-node-name"]
+    assert len(found) == 1
+    assert found[0].path == "nodes[1].name"
+
+
+def test_partition_hostlist_syntax_error_points_at_the_partition() -> None:
+    text = BASE + "slurm:\n  partitions:\n    - name: gpu\n      nodes: gpu[01-\n"
+    result = load_spec_text(text)
+    found = [f for f in result.findings if f.code == "hostlist-syntax"]
+    assert [(f.line, f.path) for f in found] == [(18, "slurm.partitions[0].nodes")]
+
+
+def test_partition_without_nodes_covers_every_compute_node() -> None:
+    text = BASE + "slurm:\n  partitions:\n    - name: all\n"
+    assert load_spec_text(text).findings == []
+
+
+def test_ipv6_and_dns_addresses_are_accepted() -> None:
+    text = BASE.replace("10.0.0.10", "fd00::10").replace("10.0.0.[11-12]", "gpu[01-02].example.org")
+    assert load_spec_text(text).findings == []
+
+
+@pytest.mark.parametrize(
+    ("address", "problem"),
+    [
+        ("10.0.0.300", "not a valid one"),
+        ("fd00::zz", "IPv6"),
+        ("-bad.example.org", "DNS label"),
+        ("a" * 254, "253"),
+    ],
+)
+def test_invalid_addresses_say_why(address: str, problem: str) -> None:
+    result = load_spec_text(BASE.replace("10.0.0.10", f"'{address}'"))
+    found = [f for f in result.findings if f.code == "invalid-address"]
+    assert len(found) == 1 and problem in found[0].message
+    assert (found[0].line, found[0].path) == (7, "nodes[0].address")
+
+
+def test_sort_findings_puts_errors_first_then_lines() -> None:
+    text = BASE.replace("roles: [compute]", "roles: [compute, compute]").replace("nfs_server, ", "")
+    result = load_spec_text(text)
+    assert sort_findings(list(reversed(result.findings))) == result.findings
+    levels = [f.level for f in result.findings]
+    assert levels == sorted(levels, key=[Level.ERROR, Level.WARNING, Level.INFO].index)
+
+
+def test_finding_as_dict_is_json_ready() -> None:
+    result = load_spec_text(BASE.replace("count: 2", "count: 0"), path="lab.yaml")
+    (finding,) = result.findings
+    assert finding.as_dict() == {
+        "code": "out-of-range",
+        "level": "error",
+        "path": "nodes[1].gpus.count",
+        "message": finding.message,
+        "hint": finding.hint,
+        "file": "lab.yaml",
+        "line": 12,
+        "column": 19,
+    }
+
+
+def test_overlapping_ranges_are_reported_once_per_entry() -> None:
+    # Like invalid-node-name and invalid-address, a repeated range is one
+    # mistake: one finding for the entry, not one per host (and per address).
+    def spec(size: int) -> str:
+        entry = f"  - name: gpu[1-{size}]\n    address: gpu[1-{size}].lab\n    roles: [compute]\n"
+        return BASE.replace("  - name: gpu[01-02]", entry + entry + "  - name: gpu[01-02]")
+
+    assert [(f.code, f.path) for f in load_spec_text(spec(2)).findings] == [
+        ("duplicate-node-name", "nodes[2].name"),
+        ("duplicate-address", "nodes[2].address"),
+    ]
+    big = load_spec_text(spec(2000)).findings
+    assert sorted(f.code for f in big) == ["duplicate-address", "duplicate-node-name"]

@@ -1,0 +1,68 @@
+"""The example specs under inventories/examples/: valid, and their rendered/ trees never stale."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuclus.cli.main import app
+from gpuclus.spec.findings import Level
+from gpuclus.spec.load import load_spec
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "inventories" / "examples"
+
+# Warnings each example is expected to carry; anything else is a regression.
+EXPECTED_WARNINGS = {
+    "lab-3node": set(),
+    "ib-16node": set(),
+    "workstation": {"controller-gpu-compute"},
+}
+
+REGENERATE = (
+    "regenerate with: .venv/bin/gpuclus render inventories/examples/{name}/cluster.yaml "
+    "-o inventories/examples/{name}/rendered"
+)
+
+
+def tree(directory: Path) -> dict[str, bytes]:
+    return {
+        path.relative_to(directory).as_posix(): path.read_bytes()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_every_example_directory_is_covered() -> None:
+    found = {path.parent.name for path in EXAMPLES.glob("*/cluster.yaml")}
+    assert found == set(EXPECTED_WARNINGS)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_WARNINGS))
+def test_example_passes_the_spec_check(name: str) -> None:
+    loaded = load_spec(EXAMPLES / name / "cluster.yaml")
+    errors = [finding for finding in loaded.findings if finding.level is Level.ERROR]
+    assert errors == []
+    assert loaded.ok
+    warnings = {finding.code for finding in loaded.findings if finding.level is Level.WARNING}
+    assert warnings == EXPECTED_WARNINGS[name]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_WARNINGS))
+def test_committed_rendered_tree_equals_a_fresh_render(name: str, tmp_path: Path) -> None:
+    # Render a copy laid out like the example, so the relative paths inside
+    # the files (../.gpuclus) come out as the regenerate command makes them.
+    copy = tmp_path / name
+    copy.mkdir()
+    shutil.copy(EXAMPLES / name / "cluster.yaml", copy / "cluster.yaml")
+    result = CliRunner().invoke(app, ["render", str(copy / "cluster.yaml"), "-o", str(copy / "rendered")])
+    assert result.exit_code == 0, result.output
+
+    fresh = tree(copy / "rendered")
+    committed = tree(EXAMPLES / name / "rendered")
+    hint = REGENERATE.format(name=name)
+    assert sorted(committed) == sorted(fresh), hint
+    for path, content in fresh.items():
+        assert committed[path] == content, f"{name}/rendered/{path} is stale; {hint}"
