@@ -15,6 +15,7 @@ import typer
 from gpuclus import __version__
 from gpuclus.cli import init as init_cli
 from gpuclus.cli import render as render_cli
+from gpuclus.cli import sandbox as sandbox_cli
 from gpuclus.cli import spec as spec_cli
 from gpuclus.errors import ExitCode
 
@@ -56,6 +57,7 @@ def _root(
 app.command("init", epilog=EPILOG)(init_cli.init)
 app.add_typer(spec_cli.app, name="spec")
 app.command("render", epilog=EPILOG)(render_cli.render)
+app.add_typer(sandbox_cli.app, name="sandbox")
 
 
 def main(argv: list[str] | None = None) -> int:

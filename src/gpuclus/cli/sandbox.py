@@ -1,0 +1,246 @@
+"""`gpuclus sandbox up|down|status|ssh`: local container nodes to try gpuclus on."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from gpuclus.cli.common import JsonOption, handled
+from gpuclus.errors import UsageError
+from gpuclus.output import Output
+
+app = typer.Typer(
+    help="Local container nodes (systemd + sshd) to try and test gpuclus without hardware.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+DEFAULT_SPEC = Path("sandbox.yaml")
+SpecOption = Annotated[
+    Path,
+    typer.Option(
+        "--spec",
+        help="The sandbox's spec file; its state lives in .gpuclus/ beside it.",
+    ),
+]
+EngineOption = Annotated[
+    str,
+    typer.Option(
+        "--engine", help="auto, podman or docker. auto prefers podman (no daemon).", metavar="ENGINE"
+    ),
+]
+
+
+def _engine_choice(value: str) -> str:
+    if value not in {"auto", "podman", "docker"}:
+        raise UsageError(f"--engine {value!r}: use auto, podman or docker")
+    return value
+
+
+@app.command("up")
+def up(
+    name: Annotated[
+        str, typer.Option("--name", help="Cluster name; nodes are NAME-head, NAME-gpu01, ...")
+    ] = "sandbox",
+    nodes: Annotated[int, typer.Option("--nodes", help="Nodes: one controller, the rest compute.")] = 3,
+    gpus_per_node: Annotated[
+        int, typer.Option("--gpus-per-node", help="Fake GPUs (device nodes, no driver) per compute node.")
+    ] = 2,
+    engine: EngineOption = "auto",
+    subnet: Annotated[
+        str | None,
+        typer.Option("--subnet", help="IPv4 subnet for the nodes; default: a free /24 of 10.213.0.0/16."),
+    ] = None,
+    install: Annotated[
+        bool,
+        typer.Option(
+            "--install/--no-install", help="Install podman, runc and debootstrap with apt when missing."
+        ),
+    ] = True,
+    spec: SpecOption = DEFAULT_SPEC,
+    json_mode: JsonOption = False,
+) -> None:
+    """Start sandbox nodes and write a spec for them (sandbox.yaml).
+
+    Builds a Debian 12 node image with debootstrap the first time (about a
+    minute; cached by content hash afterwards), starts the nodes as privileged
+    systemd containers on a private network, installs gpuclus' SSH key for the
+    admin user 'gpuclus', records each node's host key in gpuclus' known_hosts,
+    and checks that SSH and sudo work on every node. Running it again is a
+    no-op that reports the nodes; an interrupted run is completed by the next.
+
+    Needs root. Exit 0 when every node answers over SSH, 1 when a step failed,
+    2 for bad options or a missing prerequisite.
+    """
+    from gpuclus.sandbox.lifecycle import UpOptions
+    from gpuclus.sandbox.lifecycle import up as sandbox_up
+
+    out = Output(json_mode=json_mode)
+    with handled(out):
+        options = UpOptions(
+            spec_path=spec,
+            cluster=name,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            engine=_engine_choice(engine),  # type: ignore[arg-type]
+            subnet=subnet,
+            install=install,
+        )
+        result = sandbox_up(options, lambda text: out.note(f"[dim]==>[/] {escape(text)}"))
+        if json_mode:
+            out.emit({"ok": True, **result.as_dict()})
+            return
+        for note in result.notes:
+            out.warn(note)
+        _print_nodes(out, [(s.name, s.role, s.address, s.gpus, s.state, s.ssh) for s in result.nodes])
+        verb = "up" if result.changed else "already up, nothing to do"
+        out.result(
+            f"[green]✓[/] sandbox {escape(result.cluster)} {verb} in {result.seconds:.1f} s "
+            f"({result.engine}, {result.subnet}); spec: {escape(result.spec)}"
+        )
+        out.result(
+            f"  next: gpuclus spec check {escape(result.spec)}   |   "
+            f"gpuclus sandbox ssh {escape(result.nodes[0].name)}"
+        )
+
+
+@app.command("down")
+def down(
+    name: Annotated[
+        str | None, typer.Option("--name", help="Cluster name; default: the sandbox recorded beside --spec.")
+    ] = None,
+    purge: Annotated[bool, typer.Option("--purge", help="Also remove the cached node image(s).")] = False,
+    engine: EngineOption = "auto",
+    spec: SpecOption = DEFAULT_SPEC,
+    json_mode: JsonOption = False,
+) -> None:
+    """Remove the sandbox's nodes, network and NFS volume (the cached image stays unless --purge).
+
+    Taking down a sandbox that is not there is fine (exit 0). The spec file is
+    left in place; `up` rewrites it.
+    """
+    from gpuclus.sandbox.lifecycle import down as sandbox_down
+
+    out = Output(json_mode=json_mode)
+    with handled(out):
+        result = sandbox_down(
+            spec,
+            cluster=name,
+            purge=purge,
+            engine_choice=_engine_choice(engine),
+            say=lambda t: out.note(f"[dim]==>[/] {escape(t)}"),
+        )
+        if json_mode:
+            out.emit({"ok": True, **result.as_dict()})
+            return
+        if not (
+            result.removed_nodes or result.removed_network or result.removed_volumes or result.removed_images
+        ):
+            out.result("nothing to remove: no sandbox is up here")
+            return
+        out.result(
+            f"[green]✓[/] removed {len(result.removed_nodes)} node(s)"
+            + (", the network" if result.removed_network else "")
+            + (f", {len(result.removed_volumes)} volume(s)" if result.removed_volumes else "")
+            + (f", {len(result.removed_images)} image(s)" if result.removed_images else "")
+        )
+
+
+@app.command("status")
+def status(
+    spec: SpecOption = DEFAULT_SPEC,
+    json_mode: JsonOption = False,
+) -> None:
+    """Show each sandbox node: role, address, container state, and whether SSH works.
+
+    Exit 0 when every node runs and answers over SSH, 1 otherwise (also when
+    no sandbox is up here).
+    """
+    from gpuclus.sandbox.lifecycle import status as sandbox_status
+
+    out = Output(json_mode=json_mode)
+    with handled(out):
+        record, nodes = sandbox_status(spec)
+        healthy = bool(nodes) and all(node.state == "running" and node.ssh for node in nodes)
+        if json_mode:
+            out.emit(
+                {
+                    "ok": healthy,
+                    "cluster": record.cluster if record else None,
+                    "engine": record.engine if record else None,
+                    "subnet": record.subnet if record else None,
+                    "nodes": [vars(node) for node in nodes],
+                }
+            )
+        elif record is None:
+            out.result(f"no sandbox is up here (no {escape(str(spec.parent / '.gpuclus' / 'sandbox.json'))})")
+        else:
+            _print_nodes(out, [(n.name, n.role, n.address, n.gpus, n.state, n.ssh) for n in nodes])
+            for node in nodes:
+                if node.detail:
+                    out.warn(f"{node.name}: {node.detail}")
+        if not healthy:
+            raise typer.Exit(1)
+
+
+@app.command("ssh", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def ssh(
+    ctx: typer.Context,
+    node: Annotated[str, typer.Argument(help="Node name (e.g. sandbox-head).")],
+    spec: SpecOption = DEFAULT_SPEC,
+) -> None:
+    """Open a shell on a sandbox node over SSH, as the admin user, with gpuclus' key.
+
+    Extra arguments run as a command instead: `gpuclus sandbox ssh sandbox-head -- sinfo`.
+    """
+    from gpuclus.sandbox.image import ADMIN_USER
+    from gpuclus.sandbox.lifecycle import SandboxRecord, record_path
+    from gpuclus.state import StateDir
+
+    out = Output(json_mode=False)
+    with handled(out):
+        state = StateDir.beside(spec)
+        record = SandboxRecord.load(record_path(state))
+        if record is None:
+            raise UsageError("no sandbox is up here", "run `gpuclus sandbox up` first")
+        address = next((n.address for n in record.nodes if n.name == node), None)
+        if address is None:
+            known = ", ".join(n.name for n in record.nodes)
+            raise UsageError(f"no sandbox node named {node!r}", f"nodes: {known}")
+        client = shutil.which("ssh")
+        if client is None:
+            raise UsageError("the ssh client is not installed", "apt-get install openssh-client")
+        argv = [
+            client,
+            "-i",
+            str(state.private_key),
+            "-o",
+            f"UserKnownHostsFile={state.known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+            f"{ADMIN_USER}@{address}",
+            *ctx.args,
+        ]
+        os.execv(client, argv)
+
+
+def _print_nodes(out: Output, rows: list[tuple[str, str, str, int, str, bool | None]]) -> None:
+    table = Table(box=None, pad_edge=False)
+    for column in ("node", "role", "address", "gpus", "state", "ssh"):
+        table.add_column(column)
+    for name, role, address, gpus, state, reachable in rows:
+        mark = "-" if reachable is None else ("[green]ok[/]" if reachable else "[red]failed[/]")
+        colour = "green" if state == "running" else "red"
+        table.add_row(
+            escape(name), role, address, f"{gpus} (fake)" if gpus else "0", f"[{colour}]{state}[/]", mark
+        )
+    if not out.json_mode:
+        out.out.print(table)

@@ -1,0 +1,236 @@
+"""Container engines (podman, docker): command builders and a runner.
+
+The builders are pure (argv lists), so the flags that make systemd nodes work
+on a given host are unit-tested without an engine. Why the flags are what they
+are (DESIGN.md §7):
+- rlimits are set per container below the host's hard limits: podman's and
+  docker's defaults ask for more, and on hosts whose capability bounding set
+  lacks CAP_SYS_RESOURCE the runtime then fails with "error setting rlimit".
+- /sys/fs/cgroup is never bind-mounted: systemd inside would remount the
+  host's cgroup tree read-only.
+- podman uses runc where the host's cgroups are v1/hybrid: crun refuses
+  "cgroups in hybrid mode".
+- docker cannot drop CAP_SYS_RESOURCE from --privileged, so it gets every
+  capability but that one, unconfined security profiles, and a device rule for
+  the fake GPUs' major number (195).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from gpuclus.errors import GpuclusError
+
+EngineKind = Literal["podman", "docker"]
+LABEL = "gpuclus.sandbox"
+NVIDIA_MAJOR = 195
+ULIMITS = ("nofile=1024:16384", "nproc=16384:16384")
+IMAGE_CHANGES = ('CMD ["/lib/systemd/systemd"]', "STOPSIGNAL SIGRTMIN+3")
+
+# Podman logs to syslog when the host has one; where it has none, it says so on
+# every call. That line is noise, never the reason a command failed.
+_NOISE = ("failed to connect to syslog",)
+
+
+class SandboxError(GpuclusError):
+    """A sandbox step failed; the message names the step and the engine's own words."""
+
+
+@dataclass(frozen=True)
+class NodeContainer:
+    name: str
+    address: str
+    network: str
+    image: str
+    cluster: str
+    volumes: tuple[tuple[str, str], ...] = ()
+    labels: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Engine:
+    kind: EngineKind
+    binary: str
+    runtime: str | None = None  # podman's OCI runtime when the default cannot work here
+
+    # Command builders ------------------------------------------------------------
+    def _cli(self, *args: str) -> list[str]:
+        if self.kind == "podman" and self.runtime:
+            return [self.binary, "--runtime", self.runtime, *args]
+        return [self.binary, *args]
+
+    def run_node(self, node: NodeContainer) -> list[str]:
+        argv = self._cli("run", "--detach", "--name", node.name, "--hostname", node.name)
+        for key, value in ((LABEL, node.cluster), *node.labels):
+            argv += ["--label", f"{key}={value}"]
+        for limit in ULIMITS:
+            argv += ["--ulimit", limit]
+        argv += ["--network", node.network, "--ip", node.address, "--mac-address", mac_for(node.address)]
+        if self.kind == "podman":
+            # --no-hosts: the node's /etc/hosts is a plain file that gpuclus and
+            # Ansible can rewrite, not a bind mount the engine owns.
+            argv += ["--privileged", "--systemd=always", "--no-hosts", "--log-driver", "k8s-file"]
+        else:
+            argv += [
+                "--cap-add=ALL",
+                "--cap-drop=SYS_RESOURCE",
+                "--security-opt",
+                "seccomp=unconfined",
+                "--security-opt",
+                "apparmor=unconfined",
+                "--device-cgroup-rule",
+                f"c {NVIDIA_MAJOR}:* rwm",
+                "--tmpfs",
+                "/run",
+                "--tmpfs",
+                "/run/lock",
+                "--stop-signal",
+                "SIGRTMIN+3",
+            ]
+        argv += ["--tmpfs", "/tmp:exec"]
+        for volume, mount_point in node.volumes:
+            argv += ["--volume", f"{volume}:{mount_point}"]
+        argv.append(node.image)
+        return argv
+
+    def exec(self, name: str, command: Sequence[str], *, interactive: bool = False) -> list[str]:
+        flags = ["--interactive"] if interactive else []
+        return self._cli("exec", *flags, name, *command)
+
+    def start(self, names: Sequence[str]) -> list[str]:
+        return self._cli("start", *names)
+
+    def stop(self, names: Sequence[str], timeout: int = 10) -> list[str]:
+        return self._cli("stop", "--time", str(timeout), *names)
+
+    def remove(self, names: Sequence[str]) -> list[str]:
+        return self._cli("rm", "--force", *names)
+
+    def list_containers(self, cluster: str | None = None) -> list[str]:
+        selector = f"label={LABEL}" if cluster is None else f"label={LABEL}={cluster}"
+        return self._cli("ps", "--all", "--filter", selector, "--format", "{{.Names}}")
+
+    def inspect(self, names: Sequence[str]) -> list[str]:
+        return self._cli("inspect", *names)
+
+    def network_create(self, name: str, subnet: str, cluster: str) -> list[str]:
+        return self._cli("network", "create", "--subnet", subnet, "--label", f"{LABEL}={cluster}", name)
+
+    def network_inspect(self, names: Sequence[str]) -> list[str]:
+        return self._cli("network", "inspect", *names)
+
+    def network_list(self) -> list[str]:
+        return self._cli("network", "ls", "--format", "{{.Name}}")
+
+    def network_remove(self, name: str) -> list[str]:
+        return self._cli("network", "rm", name)
+
+    def volume_create(self, name: str, cluster: str) -> list[str]:
+        return self._cli("volume", "create", "--label", f"{LABEL}={cluster}", name)
+
+    def volume_list(self, cluster: str) -> list[str]:
+        return self._cli("volume", "ls", "--filter", f"label={LABEL}={cluster}", "--format", "{{.Name}}")
+
+    def volume_remove(self, names: Sequence[str]) -> list[str]:
+        return self._cli("volume", "rm", "--force", *names)
+
+    def image_exists(self, tag: str) -> list[str]:
+        return self._cli("image", "inspect", "--format", "{{.Id}}", tag)
+
+    def image_import(self, tag: str) -> list[str]:
+        argv = self._cli("import")
+        for change in IMAGE_CHANGES:
+            argv += ["--change", change]
+        return [*argv, "-", tag]
+
+    def image_remove(self, tags: Sequence[str]) -> list[str]:
+        return self._cli("image", "rm", "--force", *tags)
+
+    def image_list(self, repository: str) -> list[str]:
+        return self._cli("images", "--format", "{{.Repository}}:{{.Tag}}", repository)
+
+    # Running them ------------------------------------------------------------------
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        what: str,
+        check: bool = True,
+        stdin: Any = None,
+        stdin_text: str | None = None,
+        timeout: float = 300,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run an engine command; failures raise SandboxError naming ``what``."""
+        feed: dict[str, Any] = {"input": stdin_text} if stdin_text is not None else {"stdin": stdin}
+        try:
+            result = subprocess.run(
+                list(argv),
+                **feed,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise SandboxError(f"{what}: {self.kind} did not answer within {timeout:.0f} s") from None
+        except FileNotFoundError:
+            raise SandboxError(f"{what}: {self.binary} is not installed") from None
+        if check and result.returncode != 0:
+            raise SandboxError(
+                f"{what} failed: {engine_message(result.stderr) or f'exit {result.returncode}'}"
+            )
+        return result
+
+    def ok(self, argv: Sequence[str], timeout: float = 60) -> bool:
+        return self.run(argv, what="probe", check=False, timeout=timeout).returncode == 0
+
+    def json_lines(self, argv: Sequence[str], *, what: str) -> list[dict[str, Any]]:
+        """Parse output that is either a JSON array or one JSON object per line."""
+        text = self.run(argv, what=what).stdout.strip()
+        if not text:
+            return []
+        if text.startswith("["):
+            loaded = json.loads(text)
+            return loaded if isinstance(loaded, list) else []
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def mac_for(address: str) -> str:
+    """A fixed, locally administered MAC address derived from the node's IPv4 address.
+
+    A restarted node keeps its MAC, so the host's neighbour cache entry for it
+    stays valid; with a fresh random MAC the host cannot reach the node over
+    TCP until the stale entry expires (about half a minute).
+    """
+    octets = [int(part) for part in address.split(".")]
+    return "02:67:" + ":".join(f"{octet:02x}" for octet in octets)
+
+
+def engine_message(stderr: str) -> str:
+    """The engine's last meaningful error line, without known noise."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    lines = [line for line in lines if not any(noise in line for noise in _NOISE)]
+    return lines[-1] if lines else ""
+
+
+def cgroup_v2_only(root: Path = Path("/sys/fs/cgroup")) -> bool:
+    """True on a unified (v2-only) cgroup host, where crun works."""
+    return (root / "cgroup.controllers").exists()
+
+
+def podman_engine(runc_path: str | None = None) -> Engine:
+    binary = shutil.which("podman") or "podman"
+    runtime = None
+    if not cgroup_v2_only():
+        runtime = runc_path or shutil.which("runc") or "runc"
+    return Engine("podman", binary, runtime)
+
+
+def docker_engine() -> Engine:
+    return Engine("docker", shutil.which("docker") or "docker")

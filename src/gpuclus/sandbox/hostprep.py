@@ -1,0 +1,139 @@
+"""Getting the host ready for sandbox nodes: root, an engine, debootstrap, disk space.
+
+When something is missing and the host is Debian/Ubuntu run as root, gpuclus
+installs it with apt and says so (allowed unless --no-install). It changes no
+host-wide configuration: every setting the nodes need is passed per container.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from gpuclus.errors import UsageError
+from gpuclus.sandbox.engine import (
+    Engine,
+    SandboxError,
+    cgroup_v2_only,
+    docker_engine,
+    engine_message,
+    podman_engine,
+)
+
+EngineChoice = Literal["auto", "podman", "docker"]
+MIN_FREE_BYTES = 2 * 1024**3
+
+
+@dataclass(frozen=True)
+class EnginePick:
+    engine: Engine
+    reason: str
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise UsageError(
+            "gpuclus sandbox needs root: its nodes are privileged systemd containers on a private network",
+            "run it with sudo (or as root)",
+        )
+
+
+def can_apt() -> bool:
+    return os.geteuid() == 0 and shutil.which("apt-get") is not None
+
+
+def apt_install(packages: list[str], say: Callable[[str], None]) -> None:
+    say(f"installing {' '.join(packages)} with apt-get (needed by the sandbox)")
+    environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for argv in (
+        ["apt-get", "update", "-qq"],
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages],
+    ):
+        result = subprocess.run(
+            argv, capture_output=True, text=True, env=environment, check=False, timeout=900
+        )
+        if result.returncode != 0:
+            raise SandboxError(
+                f"apt-get could not install {' '.join(packages)}: "
+                f"{engine_message(result.stderr) or 'failed'}",
+                "install them by hand, then run `gpuclus sandbox up` again",
+            )
+
+
+def _podman_usable() -> bool:
+    if shutil.which("podman") is None:
+        return False
+    if not cgroup_v2_only() and shutil.which("runc") is None:
+        return False
+    return subprocess.run(["podman", "info"], capture_output=True, check=False, timeout=60).returncode == 0
+
+
+def _docker_usable() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True, check=False, timeout=30).returncode == 0
+
+
+def pick_engine(choice: EngineChoice, *, install: bool, say: Callable[[str], None]) -> EnginePick:
+    """The engine to use, installing podman when it is missing and allowed."""
+    if choice in ("auto", "podman") and _podman_usable():
+        return EnginePick(podman_engine(), "podman works here (no daemon needed)")
+    if choice == "docker" or (choice == "auto" and shutil.which("podman") is None):
+        if _docker_usable():
+            reason = (
+                "asked for docker"
+                if choice == "docker"
+                else "podman is not installed; docker's daemon answers"
+            )
+            return EnginePick(docker_engine(), reason)
+        if choice == "docker":
+            raise UsageError(
+                "docker does not answer (no docker binary, or its daemon is not running)",
+                "start dockerd, or use --engine podman",
+            )
+    if install and can_apt():
+        packages = ["podman"] if cgroup_v2_only() else ["podman", "runc"]
+        apt_install(packages, say)
+        if _podman_usable():
+            return EnginePick(podman_engine(), f"installed {' and '.join(packages)} with apt")
+        raise SandboxError(
+            "podman was installed but `podman info` still fails", "run `podman info` to see why"
+        )
+    raise UsageError(
+        "no usable container engine (podman, or docker with a running daemon)",
+        "apt-get install podman runc (or run as root on Debian/Ubuntu and gpuclus installs it)",
+    )
+
+
+def ensure_debootstrap(*, install: bool, say: Callable[[str], None]) -> str:
+    found = shutil.which("debootstrap")
+    if found:
+        return found
+    if install and can_apt():
+        apt_install(["debootstrap"], say)
+        found = shutil.which("debootstrap")
+        if found:
+            return found
+    raise UsageError(
+        "debootstrap is needed to build the node image and is not installed",
+        "apt-get install debootstrap (needs a Debian/Ubuntu host)",
+    )
+
+
+def check_disk(paths: list[Path], minimum: int = MIN_FREE_BYTES) -> None:
+    for path in paths:
+        probe = path
+        while not probe.exists():
+            probe = probe.parent
+        free = shutil.disk_usage(probe).free
+        if free < minimum:
+            raise UsageError(
+                f"only {free / 1024**3:.1f} GiB free under {path}; "
+                f"the sandbox needs {minimum / 1024**3:.0f} GiB",
+                "free some space (podman system prune removes unused images)",
+            )

@@ -1,0 +1,153 @@
+"""What a sandbox consists of: node names, addresses, subnet, and the spec for it."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuclus.errors import UsageError
+from gpuclus.sandbox.image import ADMIN_USER
+from gpuclus.spec.models import CLUSTER_NAME_PATTERN
+
+SUBNET_POOL = ipaddress.ip_network("10.213.0.0/16")
+FIRST_HOST = 10  # head is .10, compute nodes .11 onwards
+MAX_NODES = 32
+MAX_GPUS = 8
+NFS_VOLUME_MOUNT = "/srv/nfs"
+# Longest cluster name that keeps "<name>-gpu32" a valid 63-character host name.
+MAX_CLUSTER_NAME = 40
+
+
+@dataclass(frozen=True)
+class SandboxNode:
+    name: str
+    address: str
+    controller: bool
+    gpus: int
+
+
+@dataclass(frozen=True)
+class SandboxPlan:
+    cluster: str
+    subnet: str
+    nodes: tuple[SandboxNode, ...]
+    gpus_per_node: int
+
+    @property
+    def network(self) -> str:
+        return f"gpuclus-{self.cluster}"
+
+    @property
+    def volume(self) -> str:
+        return f"gpuclus-{self.cluster}-nfs"
+
+    @property
+    def head(self) -> SandboxNode:
+        return self.nodes[0]
+
+    @property
+    def compute(self) -> tuple[SandboxNode, ...]:
+        return self.nodes[1:] if len(self.nodes) > 1 else self.nodes
+
+
+def check_cluster_name(name: str) -> None:
+    if not re.fullmatch(CLUSTER_NAME_PATTERN, name) or len(name) > MAX_CLUSTER_NAME:
+        raise UsageError(
+            f"--name {name!r} is not a usable sandbox name",
+            "a lower-case letter, then a-z, 0-9 and '-', at most 40 (it prefixes the node names)",
+        )
+
+
+def plan_sandbox(cluster: str, node_count: int, gpus_per_node: int, subnet: str) -> SandboxPlan:
+    check_cluster_name(cluster)
+    if not 1 <= node_count <= MAX_NODES:
+        raise UsageError(f"--nodes {node_count}: the sandbox runs 1 to {MAX_NODES} nodes")
+    if not 0 <= gpus_per_node <= MAX_GPUS:
+        raise UsageError(f"--gpus-per-node {gpus_per_node}: use 0 to {MAX_GPUS} fake GPUs per node")
+    network = ipaddress.ip_network(subnet)
+    if network.num_addresses < FIRST_HOST + node_count + 1:
+        raise UsageError(f"--subnet {subnet} is too small for {node_count} nodes", "use a /24")
+    hosts = list(network.hosts())
+    head = SandboxNode(
+        f"{cluster}-head", str(hosts[FIRST_HOST - 1]), True, gpus_per_node if node_count == 1 else 0
+    )
+    compute = [
+        SandboxNode(f"{cluster}-gpu{index:02d}", str(hosts[FIRST_HOST - 1 + index]), False, gpus_per_node)
+        for index in range(1, node_count)
+    ]
+    return SandboxPlan(cluster, str(network), (head, *compute), gpus_per_node)
+
+
+def pick_subnet(requested: str | None, taken: Iterable[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> str:
+    """The requested subnet if it is free, else the first free /24 of the pool."""
+    used = list(taken)
+    if requested is not None:
+        try:
+            network = ipaddress.ip_network(requested, strict=True)
+        except ValueError as exc:
+            raise UsageError(
+                f"--subnet {requested!r}: {exc}", "give a network such as 10.213.5.0/24"
+            ) from None
+        if not isinstance(network, ipaddress.IPv4Network):
+            raise UsageError(f"--subnet {requested}: the sandbox needs an IPv4 subnet")
+        clash = next((other for other in used if network.overlaps(other)), None)
+        if clash is not None:
+            raise UsageError(
+                f"--subnet {requested} overlaps {clash}, which this host already routes",
+                "pick another subnet, or leave --subnet out to get a free one",
+            )
+        return str(network)
+    for candidate in SUBNET_POOL.subnets(new_prefix=24):
+        if not any(candidate.overlaps(other) for other in used):
+            return str(candidate)
+    raise UsageError(f"no free /24 left in {SUBNET_POOL}", "pass --subnet with a free network")
+
+
+def host_routes(route_table: Path = Path("/proc/net/route")) -> list[ipaddress.IPv4Network]:
+    """Networks this host routes (the default route excluded), from the kernel's table."""
+    networks = []
+    try:
+        lines = route_table.read_text().splitlines()[1:]
+    except OSError:
+        return []
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 8:
+            continue
+        destination, mask = (int(fields[1], 16), int(fields[7], 16))
+        if mask == 0:
+            continue
+        # The table is little-endian hex.
+        address = ipaddress.IPv4Address(destination.to_bytes(4, "little"))
+        netmask = ipaddress.IPv4Address(mask.to_bytes(4, "little"))
+        networks.append(ipaddress.IPv4Network(f"{address}/{netmask}", strict=False))
+    return networks
+
+
+def sandbox_spec_text(plan: SandboxPlan) -> str:
+    from gpuclus.templating import render_template
+
+    compute = [node for node in plan.nodes if not node.controller]
+    return render_template(
+        "sandbox/sandbox.yaml.j2",
+        plan=plan,
+        admin_user=ADMIN_USER,
+        compute_name=_range(plan.cluster + "-gpu", len(compute)),
+        compute_address=_address_range([node.address for node in compute]),
+        nfs_path=f"{NFS_VOLUME_MOUNT}/shared",
+    )
+
+
+def _range(prefix: str, count: int) -> str:
+    return f"{prefix}01" if count == 1 else f"{prefix}[01-{count:02d}]"
+
+
+def _address_range(addresses: list[str]) -> str:
+    if len(addresses) <= 1:
+        return addresses[0] if addresses else ""
+    first, last = addresses[0], addresses[-1]
+    stem = first.rsplit(".", 1)[0]
+    return f"{stem}.[{first.rsplit('.', 1)[1]}-{last.rsplit('.', 1)[1]}]"

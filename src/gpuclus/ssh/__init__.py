@@ -1,0 +1,1 @@
+"""SSH to cluster nodes with gpuclus' own key and known_hosts (paramiko)."""

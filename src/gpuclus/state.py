@@ -1,0 +1,103 @@
+"""The .gpuclus/ directory beside a spec: gpuclus' SSH identity, known hosts, and later secrets and runs.
+
+Everything here is private to the admin (directories 0700, secrets 0600) and
+created on first use. Private keys are generated in-process and never printed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuclus.fileio import write_text_atomic
+
+STATE_DIR_NAME = ".gpuclus"
+
+
+@dataclass(frozen=True)
+class StateDir:
+    root: Path
+
+    @classmethod
+    def beside(cls, spec_path: Path) -> StateDir:
+        return cls(spec_path.resolve().parent / STATE_DIR_NAME)
+
+    @property
+    def ssh_dir(self) -> Path:
+        return self.root / "ssh"
+
+    @property
+    def private_key(self) -> Path:
+        return self.ssh_dir / "id_ed25519"
+
+    @property
+    def public_key(self) -> Path:
+        return self.ssh_dir / "id_ed25519.pub"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.ssh_dir / "known_hosts"
+
+    def private_dir(self, path: Path) -> Path:
+        """Create ``path`` (and the state root) as 0700 directories."""
+        for directory in (self.root, path):
+            directory.mkdir(parents=True, exist_ok=True)
+            directory.chmod(0o700)
+        return path
+
+    def ensure_ssh_key(self) -> str:
+        """gpuclus' ed25519 key pair (created once); returns the public key line."""
+        self.private_dir(self.ssh_dir)
+        if self.private_key.exists() and self.public_key.exists():
+            return self.public_key.read_text().strip()
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        key = Ed25519PrivateKey.generate()
+        private = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+        ).decode()
+        public = key.public_key().public_bytes(
+            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+        )
+        public_line = f"{public.decode()} gpuclus@{self.root.parent.name or 'cluster'}"
+        write_text_atomic(self.private_key, private, mode=0o600)
+        write_text_atomic(self.public_key, public_line + "\n", mode=0o644)
+        return public_line
+
+    def set_known_host_keys(self, entries: dict[str, list[str]]) -> None:
+        """Record host keys for addresses, replacing what was known for them.
+
+        ``entries`` maps an address to key lines ("ssh-ed25519 AAAA..."). Lines
+        for other hosts are kept. Used when gpuclus learned the keys over a
+        trusted channel (the sandbox reads them through the container engine).
+        """
+        self.private_dir(self.ssh_dir)
+        kept = _lines_without(self.known_hosts, {_host_field(address) for address in entries})
+        added = [f"{_host_field(address)} {key}" for address, keys in sorted(entries.items()) for key in keys]
+        write_text_atomic(self.known_hosts, "".join(f"{line}\n" for line in [*kept, *added]), mode=0o600)
+
+    def forget_known_hosts(self, addresses: list[str]) -> None:
+        if not self.known_hosts.exists():
+            return
+        kept = _lines_without(self.known_hosts, {_host_field(address) for address in addresses})
+        write_text_atomic(self.known_hosts, "".join(f"{line}\n" for line in kept), mode=0o600)
+
+
+def _host_field(address: str, port: int = 22) -> str:
+    # OpenSSH writes non-standard ports as [host]:port; plain host otherwise.
+    return address if port == 22 else f"[{address}]:{port}"
+
+
+def _lines_without(path: Path, hosts: set[str]) -> list[str]:
+    """known_hosts lines whose host field is not one of ``hosts`` (blank lines dropped)."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    return [line for line in lines if line.split() and line.split()[0] not in hosts]
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
