@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# The README's first command: install gpuclus, write a spec for a 3-node lab,
-# check it and render the Ansible inventory from it.
-# (Sandbox nodes, deploy and validate join this flow as their issues land.)
+# The README's first command: install gpuclus, bring up a 3-node sandbox
+# (local systemd container nodes with fake GPUs, reachable over SSH), check
+# the spec it wrote and render the Ansible inventory from it.
+# (deploy and validate join this flow as their issues land.)
 #   bash scripts/quickstart.sh [WORKDIR]      (default WORKDIR: ./demo)
+# Needs root on Debian/Ubuntu: the nodes are privileged containers; podman,
+# runc and debootstrap are installed with apt when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work="${1:-demo}"
 bash scripts/bootstrap.sh
-gpuclus=".venv/bin/gpuclus"
+gpuclus="$PWD/.venv/bin/gpuclus"
 mkdir -p "$work"
+cd "$work"
 
 set -x
-"$gpuclus" init --name demo --controller head=10.0.0.10 \
-  --compute 'gpu[01-02]=10.0.0.[11-12]' --gpus-per-node 2 \
-  --output "$work/cluster.yaml" --force
-"$gpuclus" spec check "$work/cluster.yaml"
-"$gpuclus" render "$work/cluster.yaml" --output "$work/rendered" --force
-.venv/bin/ansible-inventory -i "$work/rendered/inventory/hosts.yml" --graph
+"$gpuclus" sandbox up --nodes 3 --gpus-per-node 2
+"$gpuclus" sandbox status
+"$gpuclus" spec check sandbox.yaml
+"$gpuclus" render sandbox.yaml --output rendered --force

@@ -23,5 +23,10 @@ step "pytest"
 pytest
 step "README quickstart"
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+repo=$PWD
+cleanup() {
+  (cd "$work/demo" 2>/dev/null && "$repo/.venv/bin/gpuclus" sandbox down) || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
 bash scripts/quickstart.sh "$work/demo"

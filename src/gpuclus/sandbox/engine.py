@@ -11,8 +11,9 @@ are (DESIGN.md §7):
 - podman uses runc where the host's cgroups are v1/hybrid: crun refuses
   "cgroups in hybrid mode".
 - docker cannot drop CAP_SYS_RESOURCE from --privileged, so it gets every
-  capability but that one, unconfined security profiles, and a device rule for
-  the fake GPUs' major number (195).
+  capability but that one, unconfined security profiles, a device rule for
+  the fake GPUs' major number (195), and a private cgroup namespace over an
+  empty tmpfs in which systemd mounts its own cgroup view.
 """
 
 from __future__ import annotations
@@ -31,7 +32,12 @@ EngineKind = Literal["podman", "docker"]
 LABEL = "gpuclus.sandbox"
 NVIDIA_MAJOR = 195
 ULIMITS = ("nofile=1024:16384", "nproc=16384:16384")
-IMAGE_CHANGES = ('CMD ["/lib/systemd/systemd"]', "STOPSIGNAL SIGRTMIN+3")
+# systemd stops cleanly on SIGRTMIN+3. docker import cannot set STOPSIGNAL, so
+# docker gets it per container (--stop-signal) instead.
+IMAGE_CHANGES = {
+    "podman": ('CMD ["/lib/systemd/systemd"]', "STOPSIGNAL SIGRTMIN+3"),
+    "docker": ('CMD ["/lib/systemd/systemd"]',),
+}
 
 # Podman logs to syslog when the host has one; where it has none, it says so on
 # every call. That line is noise, never the reason a command failed.
@@ -58,6 +64,7 @@ class Engine:
     kind: EngineKind
     binary: str
     runtime: str | None = None  # podman's OCI runtime when the default cannot work here
+    fixed_mac: bool = True  # see mac_for; off where the client and daemon disagree on how to set it
 
     # Command builders ------------------------------------------------------------
     def _cli(self, *args: str) -> list[str]:
@@ -71,7 +78,9 @@ class Engine:
             argv += ["--label", f"{key}={value}"]
         for limit in ULIMITS:
             argv += ["--ulimit", limit]
-        argv += ["--network", node.network, "--ip", node.address, "--mac-address", mac_for(node.address)]
+        argv += ["--network", node.network, "--ip", node.address]
+        if self.fixed_mac:
+            argv += ["--mac-address", mac_for(node.address)]
         if self.kind == "podman":
             # --no-hosts: the node's /etc/hosts is a plain file that gpuclus and
             # Ansible can rewrite, not a bind mount the engine owns.
@@ -90,6 +99,12 @@ class Engine:
                 "/run",
                 "--tmpfs",
                 "/run/lock",
+                # Without --privileged docker mounts the cgroup tree read-only
+                # and systemd exits at once. A private cgroup namespace with an
+                # empty tmpfs lets systemd mount its own view (never the host's).
+                "--cgroupns=private",
+                "--tmpfs",
+                "/sys/fs/cgroup:rw",
                 "--stop-signal",
                 "SIGRTMIN+3",
             ]
@@ -145,7 +160,7 @@ class Engine:
 
     def image_import(self, tag: str) -> list[str]:
         argv = self._cli("import")
-        for change in IMAGE_CHANGES:
+        for change in IMAGE_CHANGES[self.kind]:
             argv += ["--change", change]
         return [*argv, "-", tag]
 
@@ -188,7 +203,11 @@ class Engine:
         return result
 
     def ok(self, argv: Sequence[str], timeout: float = 60) -> bool:
-        return self.run(argv, what="probe", check=False, timeout=timeout).returncode == 0
+        """Whether the command succeeds; a missing engine or a hang counts as no."""
+        try:
+            return self.run(argv, what="probe", check=False, timeout=timeout).returncode == 0
+        except SandboxError:
+            return False
 
     def json_lines(self, argv: Sequence[str], *, what: str) -> list[dict[str, Any]]:
         """Parse output that is either a JSON array or one JSON object per line."""
@@ -213,9 +232,16 @@ def mac_for(address: str) -> str:
 
 
 def engine_message(stderr: str) -> str:
-    """The engine's last meaningful error line, without known noise."""
+    """The engine's own error line: the last one that says "error", else the last line.
+
+    docker ends its messages with "Run 'docker run --help' ..."; the reason is
+    the line before. Known noise is dropped.
+    """
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     lines = [line for line in lines if not any(noise in line for noise in _NOISE)]
+    errors = [line for line in lines if "error" in line.lower() or line.startswith("docker:")]
+    if errors:
+        return errors[-1]
     return lines[-1] if lines else ""
 
 
@@ -233,4 +259,38 @@ def podman_engine(runc_path: str | None = None) -> Engine:
 
 
 def docker_engine() -> Engine:
-    return Engine("docker", shutil.which("docker") or "docker")
+    binary = shutil.which("docker") or "docker"
+    return Engine("docker", binary, fixed_mac=_docker_can_fix_mac(binary))
+
+
+def _docker_can_fix_mac(binary: str) -> bool:
+    # Clients speaking API >= 1.44 set a MAC per network, which older daemons
+    # (Debian 12's docker.io speaks 1.41) refuse; clients below 1.44 use the
+    # old container-wide field, which every daemon takes.
+    try:
+        result = subprocess.run(
+            [binary, "version", "--format", "{{json .}}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        report = json.loads(result.stdout)
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return True
+    if not isinstance(report, dict):
+        return True
+    client_info, server_info = report.get("Client") or {}, report.get("Server") or {}
+    # The client reports the version it negotiated down to as ApiVersion and
+    # the one it speaks natively as DefaultAPIVersion (newer clients only).
+    client = _api_version(str(client_info.get("DefaultAPIVersion") or client_info.get("ApiVersion") or ""))
+    server = _api_version(str(server_info.get("ApiVersion") or ""))
+    return client < (1, 44) or server >= (1, 44)
+
+
+def _api_version(text: str) -> tuple[int, int]:
+    major, _, minor = text.partition(".")
+    try:
+        return int(major), int(minor)
+    except ValueError:
+        return (0, 0)

@@ -182,7 +182,11 @@ def host_apt_files(apt_root: Path) -> tuple[tuple[str, str], ...]:
 def host_mirror(apt_root: Path) -> str:
     """The host's mirror for the Debian 12 main archive, from deb822 or one-line sources."""
     texts = []
-    for path in [apt_root / "sources.list", *sorted((apt_root / "sources.list.d").glob("*"))]:
+    # The files apt reads, in apt's order (alphabetical, both formats mixed).
+    listed = sorted(
+        path for path in (apt_root / "sources.list.d").glob("*") if path.suffix in {".list", ".sources"}
+    )
+    for path in [apt_root / "sources.list", *listed]:
         try:
             texts.append(path.read_text())
         except (OSError, UnicodeDecodeError):
@@ -300,6 +304,7 @@ def customize_rootfs(rootfs: Path, recipe: ImageRecipe) -> None:
     sshd.parent.mkdir(parents=True, exist_ok=True)
     sshd.write_text(SSHD_CONFIG)
     sudoers = rootfs / f"etc/sudoers.d/{ADMIN_USER}"
+    sudoers.parent.mkdir(parents=True, exist_ok=True)
     sudoers.write_text(f"{ADMIN_USER} ALL=(ALL:ALL) NOPASSWD: ALL\n")
     sudoers.chmod(0o440)
 

@@ -123,6 +123,11 @@ class UpOptions:
 
 def up(options: UpOptions, say: Say) -> UpResult:
     started = time.monotonic()
+    # Bad options are refused before anything touches the host (an engine
+    # install, a network listing): plan once with a placeholder subnet.
+    plan_sandbox(options.cluster, options.nodes, options.gpus_per_node, "10.213.0.0/24")
+    if options.subnet is not None:
+        pick_subnet(options.subnet, [])
     hostprep.require_root()
     state = StateDir.beside(options.spec_path)
     existing = SandboxRecord.load(record_path(state))

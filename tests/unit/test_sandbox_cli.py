@@ -1,0 +1,545 @@
+"""`gpuclus sandbox`: options, exit codes, --json, and a whole up/status/down against a fake engine.
+
+No container engine, root or network is used: every way to a real engine is
+replaced by a failing stand-in (see ``no_real_engine``), and the tests that need
+an engine get a small fake one (a script in tmp_path that keeps its state in a
+JSON file and logs every call).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from gpuclus.cli.main import app
+from gpuclus.sandbox import engine as engine_module
+from gpuclus.sandbox import hostprep, lifecycle
+from gpuclus.sandbox.engine import Engine
+from gpuclus.sandbox.hostprep import EnginePick
+from gpuclus.sandbox.image import PACKAGES, SUITE, ImageRecipe
+from gpuclus.sandbox.lifecycle import NodeStatus, SandboxRecord
+from gpuclus.sandbox.plan import SandboxPlan, plan_sandbox
+from gpuclus.spec.load import load_spec
+from gpuclus.state import StateDir
+
+runner = CliRunner()
+
+RECIPE = ImageRecipe(
+    SUITE, "http://deb.debian.org/debian", PACKAGES, (("sources.list", "deb x bookworm main\n"),)
+)
+
+FAKE_ENGINE = r"""
+import json, os, sys
+from pathlib import Path
+
+home = Path(HOME)
+state_file = home / "state.json"
+state = json.loads(state_file.read_text()) if state_file.exists() else {}
+state.setdefault("networks", {"podman": "10.88.0.0/16"})
+state.setdefault("volumes", [])
+state.setdefault("containers", {})
+args = sys.argv[1:]
+with open(home / "calls.log", "a") as log:
+    log.write(json.dumps(args) + "\n")
+if args[:1] == ["--runtime"]:
+    args = args[2:]
+
+
+def save():
+    temporary = home / f"state.{os.getpid()}"
+    temporary.write_text(json.dumps(state))
+    os.replace(temporary, state_file)
+
+
+def value(flag, words):
+    return words[words.index(flag) + 1]
+
+
+def fail(message, code=125):
+    sys.stderr.write("level=error msg=\"failed to connect to syslog\"\n" + message + "\n")
+    sys.exit(code)
+
+
+command, rest = args[0], args[1:]
+if command == "network":
+    sub, names = rest[0], rest[1:]
+    if sub == "ls":
+        print("\n".join(state["networks"]))
+    elif sub == "inspect":
+        missing = [name for name in names if name not in state["networks"]]
+        if missing:
+            fail(f"Error: unable to find network with name or ID {missing[0]}: network not found")
+        print(json.dumps([{"name": n, "subnets": [{"subnet": state["networks"][n]}]} for n in names]))
+    elif sub == "create":
+        state["networks"][names[-1]] = value("--subnet", names)
+        save()
+    elif sub == "rm":
+        state["networks"].pop(names[-1])
+        save()
+elif command == "volume":
+    sub, names = rest[0], rest[1:]
+    if sub == "ls":
+        print("\n".join(state["volumes"]))
+    elif sub == "create":
+        state["volumes"].append(names[-1])
+        save()
+    elif sub == "rm":
+        state["volumes"] = [v for v in state["volumes"] if v not in names]
+        save()
+elif command == "image":
+    if rest[0] == "inspect" and not state.get("image", True):
+        fail("Error: no such image")
+elif command == "images":
+    pass
+elif command == "ps":
+    cluster = value("--filter", rest).split("=", 2)[2]
+    print("\n".join(n for n, c in state["containers"].items() if c["cluster"] == cluster))
+elif command == "inspect":
+    missing = [name for name in rest if name not in state["containers"]]
+    if missing:
+        fail(f"Error: no such object: {missing[0]}")
+    print(json.dumps([{"Name": n, "State": {"Status": state["containers"][n]["state"]}} for n in rest]))
+elif command == "run":
+    labels = dict(v.split("=", 1) for v in [rest[i + 1] for i, w in enumerate(rest) if w == "--label"])
+    state["containers"][value("--name", rest)] = {
+        "cluster": labels["gpuclus.sandbox"], "state": "running", "argv": args
+    }
+    save()
+elif command == "start":
+    for name in rest:
+        state["containers"][name]["state"] = "running"
+    save()
+elif command == "rm":
+    for name in rest[1:]:
+        state["containers"].pop(name, None)
+    save()
+elif command == "exec":
+    if rest[0] == "--interactive":
+        rest = rest[1:]
+    name, inner = rest[0], rest[1:]
+    if inner[:2] == ["systemctl", "is-system-running"]:
+        print("running")
+    elif inner == ["sh", "-s"]:
+        (home / f"setup-{name}.sh").write_text(sys.stdin.read())
+        print("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFAKEHOSTKEY" + name.replace("-", ""))
+    else:
+        fail(f"fake engine: unexpected exec {inner}", 2)
+else:
+    fail(f"fake engine: unexpected command {args}", 2)
+"""
+
+
+class FakeEngine:
+    """A fake podman: a script in tmp_path, its state, and the calls it got."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        home.mkdir(parents=True, exist_ok=True)
+        self.script = home / "podman"
+        self.script.write_text(f"#!{sys.executable} -S\nHOME = {str(home)!r}\n{FAKE_ENGINE}")
+        self.script.chmod(0o755)
+        self.engine = Engine("podman", str(self.script))
+
+    @property
+    def state(self) -> dict[str, Any]:
+        path = self.home / "state.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def calls(self) -> list[list[str]]:
+        log = self.home / "calls.log"
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+    def setup_script(self, node: str) -> str:
+        return (self.home / f"setup-{node}.sh").read_text()
+
+
+def refuse(*_args: object, **_kwargs: object) -> NoReturn:
+    raise AssertionError("the test reached for a real container engine, apt, debootstrap or SSH")
+
+
+@pytest.fixture(autouse=True)
+def no_real_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every road to a real engine, apt, debootstrap, the host's routes or SSH fails the test at once."""
+    for module in (engine_module, hostprep, lifecycle):
+        for name in ("podman_engine", "docker_engine"):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, refuse)
+    for name in ("_podman_usable", "_docker_usable", "apt_install", "ensure_debootstrap", "check_disk"):
+        monkeypatch.setattr(hostprep, name, refuse)
+    monkeypatch.setattr(hostprep, "pick_engine", refuse)
+    monkeypatch.setattr(lifecycle, "engine_named", refuse)
+    monkeypatch.setattr(lifecycle, "build_image", refuse)
+    monkeypatch.setattr(lifecycle, "check_ssh", refuse)
+    monkeypatch.setattr(lifecycle, "host_recipe", lambda: RECIPE)
+    monkeypatch.setattr(lifecycle, "host_routes", lambda: [])
+
+
+@pytest.fixture
+def as_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hostprep, "require_root", lambda: None)
+
+
+@pytest.fixture
+def as_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
+    """The fake engine, wired in where gpuclus picks engines, and SSH checks that pass."""
+    engine = FakeEngine(tmp_path / "engine")
+    monkeypatch.setattr(hostprep, "pick_engine", lambda *a, **k: EnginePick(engine.engine, "fake engine"))
+    monkeypatch.setattr(lifecycle, "engine_named", lambda kind: engine.engine)
+
+    def ssh_ok(plan: SandboxPlan, state: StateDir, attempts: int = 10) -> list[NodeStatus]:
+        assert state.private_key.exists() and state.known_hosts.exists()
+        return [
+            NodeStatus(
+                n.name, n.address, "controller" if n.controller else "compute", n.gpus, "running", True
+            )
+            for n in plan.nodes
+        ]
+
+    monkeypatch.setattr(lifecycle, "check_ssh", ssh_ok)
+    return engine
+
+
+def invoke(*args: str) -> Result:
+    return runner.invoke(app, ["sandbox", *args])
+
+
+def stdout_json(result: Result) -> dict[str, Any]:
+    payload = json.loads(result.stdout)
+    assert isinstance(payload, dict)
+    return payload
+
+
+# Help -----------------------------------------------------------------------------------------
+
+
+def test_sandbox_help() -> None:
+    result = invoke("-h")
+    assert result.exit_code == 0, result.output
+    for command in ("up", "down", "status", "ssh"):
+        assert command in result.stdout
+
+
+@pytest.mark.parametrize("command", ["up", "down", "status", "ssh"])
+def test_subcommand_help(command: str) -> None:
+    result = invoke(command, "-h")
+    assert result.exit_code == 0, result.output
+    assert "--spec" in result.stdout
+
+
+def test_up_help_documents_root_and_exit_codes() -> None:
+    text = invoke("up", "--help").stdout
+    for option in ("--nodes", "--gpus-per-node", "--engine", "--subnet", "--no-install", "--json"):
+        assert option in text
+    assert "root" in text
+
+
+# Option errors ----------------------------------------------------------------------------------
+
+
+def test_up_bogus_engine(tmp_path: Path, as_root: None) -> None:
+    result = invoke("up", "--engine", "bogus", "--spec", str(tmp_path / "sandbox.yaml"))
+    assert result.exit_code == 2, result.output
+    assert "--engine 'bogus'" in result.stderr
+
+
+def test_up_bogus_engine_json(tmp_path: Path, as_root: None) -> None:
+    result = invoke("up", "--engine", "bogus", "--json", "--spec", str(tmp_path / "sandbox.yaml"))
+    assert result.exit_code == 2
+    payload = stdout_json(result)
+    assert payload["ok"] is False
+    assert payload["error"]["exit_code"] == 2
+    assert "bogus" in payload["error"]["message"]
+
+
+def test_up_zero_nodes(tmp_path: Path, as_root: None, fake: FakeEngine) -> None:
+    result = invoke("up", "--nodes", "0", "--spec", str(tmp_path / "sandbox.yaml"))
+    assert result.exit_code == 2, result.output
+    assert "--nodes 0" in result.stderr
+    assert not (tmp_path / "sandbox.yaml").exists()
+    assert not (tmp_path / ".gpuclus" / "sandbox.json").exists()
+    # At most read-only questions (which networks exist); nothing made.
+    assert not [call for call in fake.calls() if call[0] == "run" or call[1:2] in (["create"], ["rm"])]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [["--nodes", "0"], ["--gpus-per-node", "9"], ["--name", "Bad_Name"], ["--subnet", "not-a-net"]],
+    ids=["nodes", "gpus", "name", "subnet"],
+)
+def test_up_checks_its_options_before_picking_an_engine(
+    tmp_path: Path, as_root: None, options: list[str]
+) -> None:
+    """Bad options are refused before anything happens to the host.
+
+    pick_engine may apt-get install podman and runc; a typo in --nodes must not
+    cost that (pick_engine is the failing stand-in here).
+    """
+    result = invoke("up", *options, "--spec", str(tmp_path / "sandbox.yaml"))
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == 2, result.output
+    assert options[0] in result.stderr
+
+
+def test_up_needs_root(tmp_path: Path, as_user: None) -> None:
+    result = invoke("up", "--spec", str(tmp_path / "sandbox.yaml"))
+    assert result.exit_code == 2, result.output
+    assert "needs root" in result.stderr
+    assert "sudo" in result.stderr
+    assert not (tmp_path / ".gpuclus").exists()
+
+
+def test_up_needs_root_json(tmp_path: Path, as_user: None) -> None:
+    result = invoke("up", "--json", "--spec", str(tmp_path / "sandbox.yaml"))
+    assert result.exit_code == 2
+    payload = stdout_json(result)
+    assert payload["ok"] is False
+    assert "needs root" in payload["error"]["message"]
+    assert result.stderr == ""
+
+
+def test_down_needs_root(tmp_path: Path, as_user: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = invoke("down")
+    assert result.exit_code == 2, result.output
+    assert "needs root" in result.stderr
+
+
+def test_down_bogus_engine(tmp_path: Path, as_root: None) -> None:
+    result = invoke("down", "--engine", "lxc", "--spec", str(tmp_path / "sandbox.yaml"))
+    assert result.exit_code == 2
+
+
+# Without a sandbox ---------------------------------------------------------------------------------
+
+
+def test_status_without_a_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = invoke("status")
+    assert result.exit_code == 1, result.output
+    assert "no sandbox" in result.stdout
+
+
+def test_status_without_a_sandbox_json(tmp_path: Path) -> None:
+    result = invoke("status", "--json", "--spec", str(tmp_path / "sandbox.yaml"))
+    assert result.exit_code == 1
+    assert stdout_json(result) == {"ok": False, "cluster": None, "engine": None, "subnet": None, "nodes": []}
+    assert result.stderr == ""
+
+
+def test_status_with_a_damaged_record(tmp_path: Path) -> None:
+    (tmp_path / ".gpuclus").mkdir()
+    (tmp_path / ".gpuclus" / "sandbox.json").write_text("{oops")
+    result = invoke("status", "--spec", str(tmp_path / "sandbox.yaml"))
+    assert result.exit_code == 1
+    assert "damaged" in result.stderr
+    assert "sandbox down" in result.stderr
+
+
+def test_ssh_without_a_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "execv", refuse)
+    result = invoke("ssh", "sandbox-head", "--spec", str(tmp_path / "sandbox.yaml"))
+    assert result.exit_code == 2, result.output
+    assert "no sandbox is up here" in result.stderr
+
+
+def test_down_without_a_sandbox_as_root(tmp_path: Path, as_root: None, fake: FakeEngine) -> None:
+    result = invoke("down", "--spec", str(tmp_path / "sandbox.yaml"))
+    assert result.exit_code == 0, result.output
+    assert "nothing to remove" in result.stdout
+    assert fake.calls() == []
+
+
+# A whole life against the fake engine ------------------------------------------------------------------
+
+
+def private_key_body(state: StateDir) -> list[str]:
+    """The base64 lines of gpuclus' private key: none may ever be printed or sent anywhere."""
+    lines = state.private_key.read_text().splitlines()
+    return [line for line in lines if "PRIVATE KEY" not in line and line]
+
+
+def assert_secret_absent(state: StateDir, *texts: str) -> None:
+    body = private_key_body(state)
+    assert body
+    for text in texts:
+        for line in body:
+            assert line not in text
+
+
+def test_up_status_ssh_down(
+    tmp_path: Path, as_root: None, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = tmp_path / "sandbox.yaml"
+    state = StateDir.beside(spec)
+
+    # up ----------------------------------------------------------------------------
+    result = invoke("up", "--name", "lab", "--json", "--spec", str(spec))
+    assert result.exit_code == 0, result.output
+    payload = stdout_json(result)
+    assert payload["ok"] is True
+    assert (payload["cluster"], payload["engine"], payload["subnet"]) == ("lab", "podman", "10.213.0.0/24")
+    assert payload["image"] == RECIPE.tag
+    assert payload["image_built"] is False
+    assert payload["changed"] is True
+    assert [(n["name"], n["address"], n["gpus"], n["ssh"]) for n in payload["nodes"]] == [
+        ("lab-head", "10.213.0.10", 0, True),
+        ("lab-gpu01", "10.213.0.11", 2, True),
+        ("lab-gpu02", "10.213.0.12", 2, True),
+    ]
+
+    # What the engine was asked to make.
+    assert fake.state["networks"] == {"podman": "10.88.0.0/16", "gpuclus-lab": "10.213.0.0/24"}
+    assert fake.state["volumes"] == ["gpuclus-lab-nfs"]
+    runs = {name: c["argv"] for name, c in fake.state["containers"].items()}
+    assert sorted(runs) == ["lab-gpu01", "lab-gpu02", "lab-head"]
+    assert "gpuclus-lab-nfs:/srv/nfs" in runs["lab-head"]
+    assert not [word for argv in runs.values() for word in argv if "/sys/fs/cgroup" in word]
+
+    # The spec it wrote is valid and names the nodes it started.
+    loaded = load_spec(spec)
+    assert loaded.ok
+    assert loaded.topology is not None
+    assert [(n.name, n.address) for n in loaded.topology.nodes] == [
+        (n.name, n.address) for n in plan_sandbox("lab", 3, 2, "10.213.0.0/24").nodes
+    ]
+
+    # Each node got its hosts, its GPUs and gpuclus' public key; the host keys went to known_hosts.
+    public = state.public_key.read_text().strip()
+    for name in ("lab-head", "lab-gpu01", "lab-gpu02"):
+        script = fake.setup_script(name)
+        assert public.split()[1] in script
+        assert "10.213.0.12 lab-gpu02" in script
+    assert "echo 2 > /etc/gpuclus/fake-gpus" in fake.setup_script("lab-gpu01")
+    assert "rm -f /etc/gpuclus/fake-gpus" in fake.setup_script("lab-head")
+    known = state.known_hosts.read_text().splitlines()
+    assert known == [
+        "10.213.0.10 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFAKEHOSTKEYlabhead",
+        "10.213.0.11 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFAKEHOSTKEYlabgpu01",
+        "10.213.0.12 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFAKEHOSTKEYlabgpu02",
+    ]
+    record = SandboxRecord.load(state.root / "sandbox.json")
+    assert record is not None
+    assert (record.cluster, record.engine, record.image) == ("lab", "podman", RECIPE.tag)
+
+    outputs = [result.stdout, result.stderr]
+    sent = [fake.setup_script(n) for n in ("lab-head", "lab-gpu01", "lab-gpu02")]
+
+    # up again: nothing to do, nothing started --------------------------------------------
+    calls_before = len(fake.calls())
+    again = invoke("up", "--name", "lab", "--spec", str(spec))
+    assert again.exit_code == 0, again.output
+    assert "already up, nothing to do" in again.stdout
+    assert "lab-gpu02" in again.stdout
+    new_calls = fake.calls()[calls_before:]
+    assert not [
+        call for call in new_calls if call[0] in {"run", "exec", "start"} or call[:2] == ["network", "create"]
+    ]
+    outputs += [again.stdout, again.stderr]
+
+    # up with another shape is refused while this one stands.
+    reshaped = invoke("up", "--name", "lab", "--nodes", "2", "--spec", str(spec))
+    assert reshaped.exit_code == 1
+    assert "already up with 3 nodes" in reshaped.stderr
+    other = invoke("up", "--name", "other", "--spec", str(spec))
+    assert other.exit_code == 1
+    assert "already holds sandbox 'lab'" in other.stderr
+
+    # status ---------------------------------------------------------------------------
+    status = invoke("status", "--json", "--spec", str(spec))
+    assert status.exit_code == 0, status.output
+    status_payload = stdout_json(status)
+    assert status_payload["ok"] is True
+    assert (status_payload["cluster"], status_payload["engine"], status_payload["subnet"]) == (
+        "lab",
+        "podman",
+        "10.213.0.0/24",
+    )
+    assert [n["name"] for n in status_payload["nodes"]] == ["lab-head", "lab-gpu01", "lab-gpu02"]
+    assert set(status_payload["nodes"][0]) == {"name", "address", "role", "gpus", "state", "ssh", "detail"}
+    assert {(n["state"], n["ssh"]) for n in status_payload["nodes"]} == {("running", True)}
+    human = invoke("status", "--spec", str(spec))
+    assert human.exit_code == 0
+    assert "lab-gpu01" in human.stdout
+    outputs += [status.stdout, human.stdout, human.stderr]
+
+    # ssh ------------------------------------------------------------------------------
+    executed: list[list[str]] = []
+    monkeypatch.setattr(os, "execv", lambda path, argv: executed.append([path, *argv]))
+    monkeypatch.setattr("gpuclus.cli.sandbox.shutil.which", lambda name: f"/usr/bin/{name}")
+    ssh = invoke("ssh", "lab-gpu01", "--spec", str(spec), "--", "sinfo", "-N")
+    assert ssh.exit_code == 0, ssh.output
+    (argv,) = executed
+    assert argv[0] == "/usr/bin/ssh"
+    assert argv[argv.index("-i") + 1] == str(state.private_key)
+    assert f"UserKnownHostsFile={state.known_hosts}" in argv
+    assert "StrictHostKeyChecking=yes" in argv
+    assert "gpuclus@10.213.0.11" in argv
+    assert argv[-2:] == ["sinfo", "-N"]
+    unknown = invoke("ssh", "lab-gpu09", "--spec", str(spec))
+    assert unknown.exit_code == 2
+    assert "lab-head, lab-gpu01, lab-gpu02" in unknown.stderr
+    outputs += [ssh.output, unknown.output, " ".join(argv)]
+
+    # The private key never left its file.
+    assert_secret_absent(state, *outputs, *sent, json.dumps(fake.calls()))
+
+    # down -------------------------------------------------------------------------------
+    down = invoke("down", "--spec", str(spec))
+    assert down.exit_code == 0, down.output
+    assert "removed 3 node(s), the network, 1 volume(s)" in down.stdout
+    assert fake.state == {"networks": {"podman": "10.88.0.0/16"}, "volumes": [], "containers": {}}
+    assert not (state.root / "sandbox.json").exists()
+    assert state.known_hosts.read_text() == ""
+    assert state.private_key.exists()  # the identity stays for the next up
+
+    # down again: nothing there, exit 0.
+    twice = invoke("down", "--json", "--spec", str(spec))
+    assert twice.exit_code == 0
+    assert stdout_json(twice) == {
+        "ok": True,
+        "cluster": None,
+        "removed_nodes": [],
+        "removed_network": False,
+        "removed_volumes": [],
+        "removed_images": [],
+    }
+
+
+def test_up_restarts_a_stopped_node(tmp_path: Path, as_root: None, fake: FakeEngine) -> None:
+    spec = tmp_path / "sandbox.yaml"
+    assert invoke("up", "--nodes", "2", "--gpus-per-node", "1", "--spec", str(spec)).exit_code == 0
+    state = fake.state
+    state["containers"]["sandbox-gpu01"]["state"] = "exited"
+    (fake.home / "state.json").write_text(json.dumps(state))
+
+    result = invoke("up", "--nodes", "2", "--gpus-per-node", "1", "--json", "--spec", str(spec))
+    assert result.exit_code == 0, result.output
+    assert stdout_json(result)["changed"] is True
+    assert ["start", "sandbox-gpu01"] in fake.calls()
+    assert fake.state["containers"]["sandbox-gpu01"]["state"] == "running"
+
+
+def test_status_reports_missing_nodes(tmp_path: Path, as_root: None, fake: FakeEngine) -> None:
+    spec = tmp_path / "sandbox.yaml"
+    assert invoke("up", "--nodes", "2", "--spec", str(spec)).exit_code == 0
+    state = fake.state
+    del state["containers"]["sandbox-gpu01"]
+    (fake.home / "state.json").write_text(json.dumps(state))
+
+    result = invoke("status", "--json", "--spec", str(spec))
+    assert result.exit_code == 1
+    nodes = {n["name"]: n for n in stdout_json(result)["nodes"]}
+    assert nodes["sandbox-gpu01"]["state"] == "missing"
+    assert nodes["sandbox-gpu01"]["ssh"] is None
+    assert nodes["sandbox-head"]["ssh"] is True
