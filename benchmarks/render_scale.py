@@ -65,9 +65,7 @@ def time_in_process(spec_path: Path, out_dir: Path, repeat: int) -> tuple[float,
         loaded = load_spec(spec_path)
         assert loaded.ok and loaded.spec is not None and loaded.topology is not None, loaded.findings
         rendered_at = time.perf_counter()
-        rendered = render_files(
-            loaded.spec, loaded.topology, source_name=spec_path.name, state_dir="../.gpuclus"
-        )
+        rendered = render_files(loaded.spec, loaded.topology, source_name=spec_path.name, state_dir="../.gpuclus")
         write_rendered(out_dir, rendered, force=False)
         end = time.perf_counter()
         samples.append(end - start)
@@ -86,9 +84,7 @@ def time_command(args: list[str], repeat: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=1000, help="compute nodes (multiple of 250)")
     parser.add_argument("--repeat", type=int, default=5, help="runs per figure; the median is printed")
     options = parser.parse_args()
@@ -106,15 +102,10 @@ def main() -> None:
     machine = f"{platform.machine()}, {platform.python_implementation()} {platform.python_version()}"
     print(f"machine: {machine}, {len(__import__('os').sched_getaffinity(0))} cores")
     print(f"spec: {options.nodes + 1} nodes, {options.nodes * 8} GPUs, {files} files rendered")
-    print(
-        f"load+check+render (in process, median of {options.repeat}): {total * 1000:.0f} ms "
-        "(target <= 1000 ms)"
-    )
+    print(f"load+check+render (in process, median of {options.repeat}): {total * 1000:.0f} ms (target <= 1000 ms)")
     print(f"  of which render+write: {render_part * 1000:.0f} ms")
     print(f"gpuclus render (whole command, median of {options.repeat}): {cli_render * 1000:.0f} ms")
-    print(
-        f"gpuclus --help start-up (median of {options.repeat}): {cli_help * 1000:.0f} ms (target <= 300 ms)"
-    )
+    print(f"gpuclus --help start-up (median of {options.repeat}): {cli_help * 1000:.0f} ms (target <= 300 ms)")
 
 
 if __name__ == "__main__":

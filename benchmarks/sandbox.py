@@ -31,9 +31,7 @@ def gpuclus(*args: str) -> tuple[float, dict[str, object]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--cold", action="store_true", help="remove the cached node image first")
     options = parser.parse_args()

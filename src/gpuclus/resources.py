@@ -6,21 +6,31 @@ repository; a wheel carries them under gpuclus/_data/ (see pyproject.toml).
 
 from __future__ import annotations
 
+import os
 from functools import cache
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent
 
 
-@cache
 def data_dir(name: str) -> Path:
-    """The directory ``name`` (templates, playbooks, roles), wherever it was installed."""
+    """The directory ``name`` (templates, playbooks, roles), wherever it was installed.
+
+    GPUCLUS_PLAYBOOKS_DIR replaces the playbooks: the deploy engine's tests run
+    it with tiny playbooks of their own.
+    """
+    override = os.environ.get("GPUCLUS_PLAYBOOKS_DIR") if name == "playbooks" else None
+    if override:
+        return Path(override).resolve()
+    return _installed_dir(name)
+
+
+@cache
+def _installed_dir(name: str) -> Path:
     for candidate in (_PACKAGE / "_data" / name, _PACKAGE.parent.parent / name):
         if candidate.is_dir():
             return candidate
-    raise FileNotFoundError(
-        f"gpuclus installation is missing its {name}/ directory (looked beside {_PACKAGE})"
-    )
+    raise FileNotFoundError(f"gpuclus installation is missing its {name}/ directory (looked beside {_PACKAGE})")
 
 
 def templates_dir() -> Path:

@@ -58,9 +58,7 @@ class StateDir:
         private = key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
         ).decode()
-        public = key.public_key().public_bytes(
-            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
-        )
+        public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
         public_line = f"{public.decode()} gpuclus@{self.root.parent.name or 'cluster'}"
         write_text_atomic(self.private_key, private, mode=0o600)
         write_text_atomic(self.public_key, public_line + "\n", mode=0o644)

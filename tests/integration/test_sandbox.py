@@ -95,9 +95,7 @@ def test_written_spec_is_valid_and_marks_gpus_fake(sandbox: tuple[Path, dict[str
     assert loaded.ok, loaded.findings
     assert loaded.topology is not None
     nodes = {node.name: node for node in loaded.topology.nodes}
-    assert [(n["name"], n["address"]) for n in report["nodes"]] == [
-        (n.name, n.address) for n in nodes.values()
-    ]
+    assert [(n["name"], n["address"]) for n in report["nodes"]] == [(n.name, n.address) for n in nodes.values()]
     gpu_nodes = loaded.topology.gpu_nodes
     assert [node.name for node in gpu_nodes] == [f"{CLUSTER}-gpu01", f"{CLUSTER}-gpu02"]
     assert all(node.gpus is not None and node.gpus.fake and node.gpus.count == 2 for node in gpu_nodes)
@@ -184,9 +182,7 @@ def test_up_restarts_a_stopped_node_with_its_gpus(sandbox: tuple[Path, dict[str,
     assert status.returncode == 1
     states = {node["name"]: node["state"] for node in json.loads(status.stdout)["nodes"]}
     assert states[f"{CLUSTER}-gpu02"] == "exited"
-    again = gpuclus(
-        "sandbox", "up", "--name", CLUSTER, "--nodes", "3", "--gpus-per-node", "2", "--spec", str(spec)
-    )
+    again = gpuclus("sandbox", "up", "--name", CLUSTER, "--nodes", "3", "--gpus-per-node", "2", "--spec", str(spec))
     assert again.returncode == 0, again.stderr
     assert gpuclus("sandbox", "status", "--spec", str(spec)).returncode == 0
     address = report["nodes"][2]["address"]
@@ -200,13 +196,9 @@ def test_down_removes_nodes_network_volume_and_host_keys(sandbox: tuple[Path, di
     summary = json.loads(result.stdout)
     assert summary["removed_nodes"] == sorted(node["name"] for node in report["nodes"])
     assert summary["removed_network"] is True
-    assert (
-        podman("ps", "--all", "--filter", f"label=gpuclus.sandbox={CLUSTER}", "--format", "{{.Names}}") == ""
-    )
+    assert podman("ps", "--all", "--filter", f"label=gpuclus.sandbox={CLUSTER}", "--format", "{{.Names}}") == ""
     assert f"gpuclus-{CLUSTER}" not in podman("network", "ls", "--format", "{{.Name}}").split()
-    assert (
-        podman("volume", "ls", "--filter", f"label=gpuclus.sandbox={CLUSTER}", "--format", "{{.Name}}") == ""
-    )
+    assert podman("volume", "ls", "--filter", f"label=gpuclus.sandbox={CLUSTER}", "--format", "{{.Name}}") == ""
     known = StateDir.beside(spec).known_hosts.read_text()
     assert all(node["address"] not in known for node in report["nodes"])
     # The image stays cached for the next up.
@@ -244,6 +236,4 @@ def test_interrupted_up_is_completed_or_removed_cleanly(tmp_path: Path) -> None:
         process.kill()
         down = gpuclus("sandbox", "down", "--spec", str(spec), "--name", cluster)
     assert down.returncode == 0, down.stderr
-    assert (
-        podman("ps", "--all", "--filter", f"label=gpuclus.sandbox={cluster}", "--format", "{{.Names}}") == ""
-    )
+    assert podman("ps", "--all", "--filter", f"label=gpuclus.sandbox={cluster}", "--format", "{{.Names}}") == ""

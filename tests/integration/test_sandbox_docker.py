@@ -77,9 +77,7 @@ def docker_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def sandbox(
-    docker_daemon: None, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Path, dict[str, Any]]]:
+def sandbox(docker_daemon: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, Any]]]:
     spec = tmp_path_factory.mktemp("docker-sandbox") / "sandbox.yaml"
     up = [
         "sandbox",
@@ -128,9 +126,7 @@ def test_docker_nodes_answer_over_ssh_with_sudo(sandbox: tuple[Path, dict[str, A
 def test_host_cgroup_tree_stays_writable(sandbox: tuple[Path, dict[str, Any]]) -> None:
     # systemd in a node must never remount the host's cgroup hierarchies
     # read-only (DESIGN.md §7): the nodes get their own cgroup namespace.
-    cgroup_mounts = [
-        line.split() for line in Path("/proc/mounts").read_text().splitlines() if " cgroup" in line
-    ]
+    cgroup_mounts = [line.split() for line in Path("/proc/mounts").read_text().splitlines() if " cgroup" in line]
     assert cgroup_mounts, "no cgroup file systems mounted on the host?"
     read_only = [fields[1] for fields in cgroup_mounts if "ro" in fields[3].split(",")]
     assert read_only == []

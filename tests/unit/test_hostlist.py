@@ -203,13 +203,9 @@ def test_compress_round_trips_through_expand_list(hosts: list[str]) -> None:
 
 @settings(max_examples=200, derandomize=True, database=None)
 @given(prefix=_prefixes, width=st.integers(min_value=2, max_value=4), data=st.data())
-def test_compress_of_one_padded_family_is_one_sorted_expression(
-    prefix: str, width: int, data: st.DataObject
-) -> None:
+def test_compress_of_one_padded_family_is_one_sorted_expression(prefix: str, width: int, data: st.DataObject) -> None:
     # Every number has a leading zero at this width, so all names share one group.
-    numbers = data.draw(
-        st.sets(st.integers(min_value=0, max_value=10 ** (width - 1) - 1), min_size=2, max_size=30)
-    )
+    numbers = data.draw(st.sets(st.integers(min_value=0, max_value=10 ** (width - 1) - 1), min_size=2, max_size=30))
     hosts = [f"{prefix}{n:0{width}d}" for n in numbers]
     compressed = compress(hosts)
     assert compressed.startswith(f"{prefix}[") and compressed.endswith("]")

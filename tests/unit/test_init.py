@@ -190,9 +190,7 @@ def test_bad_flags_exit_2_with_one_line_and_a_hint(tmp_path: Path, args: list[st
 
 
 def test_gpus_per_node_is_bounded_by_the_model(tmp_path: Path) -> None:
-    code, _, stderr = invoke(
-        ["--controller", "head=10.0.0.1", "--gpus-per-node", "65", "-o", str(tmp_path / "c")]
-    )
+    code, _, stderr = invoke(["--controller", "head=10.0.0.1", "--gpus-per-node", "65", "-o", str(tmp_path / "c")])
     assert code == 2
     assert "--gpus-per-node" in stderr
 
@@ -367,14 +365,7 @@ def test_from_hosts_missing_file(tmp_path: Path) -> None:
 
 
 def test_parse_hosts_accepts_every_documented_form() -> None:
-    text = (
-        "10.0.0.1 a.example.org a alias # comment\n"
-        "b 10.0.0.2\n"
-        "\n"
-        "  # only a comment\n"
-        "c.example.org\n"
-        "fd00::4 d\n"
-    )
+    text = "10.0.0.1 a.example.org a alias # comment\nb 10.0.0.2\n\n  # only a comment\nc.example.org\nfd00::4 d\n"
     hosts = parse_hosts_text(text, "h")
     assert [(h.name, h.address, h.line) for h in hosts.hosts] == [
         ("a", "10.0.0.1", 1),
@@ -465,9 +456,7 @@ def test_parse_exports() -> None:
 
 
 def test_no_exports_means_no_nfs_server_and_no_warning() -> None:
-    plan = InitPlan(
-        "lab", "ubuntu", HostRange("head", "10.0.0.1", 1), (HostRange("n1", "10.0.0.2", 1),), exports=()
-    )
+    plan = InitPlan("lab", "ubuntu", HostRange("head", "10.0.0.1", 1), (HostRange("n1", "10.0.0.2", 1),), exports=())
     text = render_spec(plan)
     assert "  exports: []\n" in text
     spec = load_spec_text(text)
@@ -632,9 +621,7 @@ WIZARD_ANSWERS = [
 
 def test_wizard_through_the_cli(tmp_path: Path) -> None:
     output = tmp_path / "cluster.yaml"
-    result = runner.invoke(
-        app, ["init", "--wizard", "-o", str(output)], input="\n".join(WIZARD_ANSWERS) + "\n"
-    )
+    result = runner.invoke(app, ["init", "--wizard", "-o", str(output)], input="\n".join(WIZARD_ANSWERS) + "\n")
     assert result.exit_code == 0, result.output
     assert "'Lab!' cannot be used" in result.stderr
     assert "Cluster name" in result.stderr  # prompts go to stderr, keeping stdout for --json

@@ -30,9 +30,7 @@ from gpuclus.state import StateDir
 
 runner = CliRunner()
 
-RECIPE = ImageRecipe(
-    SUITE, "http://deb.debian.org/debian", PACKAGES, (("sources.list", "deb x bookworm main\n"),)
-)
+RECIPE = ImageRecipe(SUITE, "http://deb.debian.org/debian", PACKAGES, (("sources.list", "deb x bookworm main\n"),))
 
 FAKE_ENGINE = r"""
 import json, os, sys
@@ -200,9 +198,7 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
     def ssh_ok(plan: SandboxPlan, state: StateDir, attempts: int = 10) -> list[NodeStatus]:
         assert state.private_key.exists() and state.known_hosts.exists()
         return [
-            NodeStatus(
-                n.name, n.address, "controller" if n.controller else "compute", n.gpus, "running", True
-            )
+            NodeStatus(n.name, n.address, "controller" if n.controller else "compute", n.gpus, "running", True)
             for n in plan.nodes
         ]
 
@@ -277,9 +273,7 @@ def test_up_zero_nodes(tmp_path: Path, as_root: None, fake: FakeEngine) -> None:
     [["--nodes", "0"], ["--gpus-per-node", "9"], ["--name", "Bad_Name"], ["--subnet", "not-a-net"]],
     ids=["nodes", "gpus", "name", "subnet"],
 )
-def test_up_checks_its_options_before_picking_an_engine(
-    tmp_path: Path, as_root: None, options: list[str]
-) -> None:
+def test_up_checks_its_options_before_picking_an_engine(tmp_path: Path, as_root: None, options: list[str]) -> None:
     """Bad options are refused before anything happens to the host.
 
     pick_engine may apt-get install podman and runc; a typo in --nodes must not
@@ -377,9 +371,7 @@ def assert_secret_absent(state: StateDir, *texts: str) -> None:
             assert line not in text
 
 
-def test_up_status_ssh_down(
-    tmp_path: Path, as_root: None, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_up_status_ssh_down(tmp_path: Path, as_root: None, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch) -> None:
     spec = tmp_path / "sandbox.yaml"
     state = StateDir.beside(spec)
 
@@ -442,9 +434,7 @@ def test_up_status_ssh_down(
     assert "already up, nothing to do" in again.stdout
     assert "lab-gpu02" in again.stdout
     new_calls = fake.calls()[calls_before:]
-    assert not [
-        call for call in new_calls if call[0] in {"run", "exec", "start"} or call[:2] == ["network", "create"]
-    ]
+    assert not [call for call in new_calls if call[0] in {"run", "exec", "start"} or call[:2] == ["network", "create"]]
     outputs += [again.stdout, again.stderr]
 
     # up with another shape is refused while this one stands.

@@ -89,9 +89,7 @@ def test_no_engine_ever_mounts_the_host_cgroup_tree(engine: Engine) -> None:
     argv = engine.run_node(NODE)
     for flag in ("--volume", "-v", "--mount"):
         assert not [value for value in values_of(argv, flag) if "cgroup" in value]
-    assert not [
-        word for word in argv if word.startswith(("--volume=", "-v=", "--mount=")) and "cgroup" in word
-    ]
+    assert not [word for word in argv if word.startswith(("--volume=", "-v=", "--mount=")) and "cgroup" in word]
     assert not [word for word in argv if "cgroupns=host" in word]
     # Any /sys/fs/cgroup at all is an empty tmpfs inside the node's own cgroup namespace.
     mentions = [i for i, word in enumerate(argv) if "/sys/fs/cgroup" in word]

@@ -221,9 +221,7 @@ def test_host_recipe_on_bookworm_without_sources_generates_them(tmp_path: Path) 
     ],
     ids=["ubuntu", "trixie", "no-codename", "missing"],
 )
-def test_host_recipe_elsewhere_uses_debians_mirror(
-    tmp_path: Path, apt_root: Path, os_release_text: str | None
-) -> None:
+def test_host_recipe_elsewhere_uses_debians_mirror(tmp_path: Path, apt_root: Path, os_release_text: str | None) -> None:
     os_release = tmp_path / "os-release"
     if os_release_text is not None:
         os_release.write_text(os_release_text)
@@ -354,9 +352,7 @@ def test_fake_gpu_script_makes_one_device_per_gpu(tmp_path: Path, count: int) ->
     calls = tmp_path / "mknod.calls"
     bin_dir = tmp_path / "bin"
     write(bin_dir / "mknod", f'#!/bin/sh\necho "$@" >> {calls}\n').chmod(0o755)
-    script = FAKE_GPUS_SCRIPT.replace(FAKE_GPU_CONFIG, str(config)).replace(
-        "/dev/nvidia", f"{tmp_path}/nvidia"
-    )
+    script = FAKE_GPUS_SCRIPT.replace(FAKE_GPU_CONFIG, str(config)).replace("/dev/nvidia", f"{tmp_path}/nvidia")
     subprocess.run(
         ["sh", "-c", script],
         env={"PATH": f"{bin_dir}:/usr/bin:/bin"},

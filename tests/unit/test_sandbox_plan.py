@@ -197,9 +197,7 @@ def test_sandbox_spec_is_valid_and_matches_the_plan(count: int, gpus: int) -> No
     assert spec.nvidia.cuda.install is False
     assert spec.monitoring.grafana is False
 
-    assert [(node.name, node.address) for node in topology.nodes] == [
-        (node.name, node.address) for node in plan.nodes
-    ]
+    assert [(node.name, node.address) for node in topology.nodes] == [(node.name, node.address) for node in plan.nodes]
     assert topology.controller is not None and topology.controller.name == "lab-head"
     assert [node.name for node in topology.compute] == [node.name for node in plan.compute]
     for node in topology.nodes:

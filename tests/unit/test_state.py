@@ -93,9 +93,7 @@ def test_keys_differ_between_state_dirs(tmp_path: Path) -> None:
 def test_set_known_host_keys_replaces_given_hosts_and_keeps_others(state: StateDir) -> None:
     other, stale, other_port = host_key_line(), host_key_line(), host_key_line()
     state.private_dir(state.ssh_dir)
-    state.known_hosts.write_text(
-        f"192.168.1.5 {other}\n\n10.213.0.10 {stale}\n[10.213.0.10]:2222 {other_port}\n"
-    )
+    state.known_hosts.write_text(f"192.168.1.5 {other}\n\n10.213.0.10 {stale}\n[10.213.0.10]:2222 {other_port}\n")
     head, gpu01 = host_key_line(), host_key_line()
 
     state.set_known_host_keys({"10.213.0.11": [gpu01], "10.213.0.10": [head]})
@@ -146,9 +144,7 @@ def test_forget_known_hosts_without_a_file(state: StateDir) -> None:
 
 def record() -> SandboxRecord:
     plan = plan_sandbox("lab", 3, 2, "10.213.0.0/24")
-    return SandboxRecord(
-        plan.cluster, "podman", plan.subnet, "localhost/gpuclus-node:0123456789ab", plan.nodes
-    )
+    return SandboxRecord(plan.cluster, "podman", plan.subnet, "localhost/gpuclus-node:0123456789ab", plan.nodes)
 
 
 def test_sandbox_record_round_trip(state: StateDir) -> None:

@@ -54,11 +54,7 @@ def load_checked_spec(path: Path, out: Output, *, strict: bool = False) -> Any:
     if failing or not loaded.ok:
         raise SpecInvalidError(
             f"{path}: spec has {plural(counts['error'], 'error')}"
-            + (
-                f" and {plural(counts['warning'], 'warning')} (--strict)"
-                if strict and counts["warning"]
-                else ""
-            ),
+            + (f" and {plural(counts['warning'], 'warning')} (--strict)" if strict and counts["warning"] else ""),
             f"fix the lines above; `gpuclus spec check {path}` lists them again",
         )
     return loaded

@@ -24,8 +24,7 @@ def init(
         str | None,
         typer.Option(
             "--name",
-            help="Cluster name (Slurm ClusterName). Default: the output directory's name if valid, "
-            "else gpu-cluster.",
+            help="Cluster name (Slurm ClusterName). Default: the output directory's name if valid, else gpu-cluster.",
             show_default=False,
         ),
     ] = None,

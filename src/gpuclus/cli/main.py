@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from gpuclus import __version__
+from gpuclus.cli import deploy as deploy_cli
 from gpuclus.cli import init as init_cli
 from gpuclus.cli import render as render_cli
 from gpuclus.cli import sandbox as sandbox_cli
@@ -58,6 +59,8 @@ app.command("init", epilog=EPILOG)(init_cli.init)
 app.add_typer(spec_cli.app, name="spec")
 app.command("render", epilog=EPILOG)(render_cli.render)
 app.add_typer(sandbox_cli.app, name="sandbox")
+app.command("deploy", epilog=EPILOG)(deploy_cli.deploy)
+app.add_typer(deploy_cli.runs_app, name="runs")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -74,9 +74,7 @@ def render(
         for item in report.files:
             style = _STATUS_STYLE[item.status.value]
             out.result(f"  [{style}]{item.status.value:<9}[/] {escape(item.path)}")
-        counts = ", ".join(
-            f"{report.count(status)} {status.value}" for status in FileStatus if report.count(status)
-        )
+        counts = ", ".join(f"{report.count(status)} {status.value}" for status in FileStatus if report.count(status))
         out.result(
             f"[green]✓[/] rendered {plural(len(files), 'file')} for {plural(nodes, 'node')} "
             f"into {escape(str(output_dir))} ({counts})"

@@ -31,9 +31,7 @@ SpecOption = Annotated[
 ]
 EngineOption = Annotated[
     str,
-    typer.Option(
-        "--engine", help="auto, podman or docker. auto prefers podman (no daemon).", metavar="ENGINE"
-    ),
+    typer.Option("--engine", help="auto, podman or docker. auto prefers podman (no daemon).", metavar="ENGINE"),
 ]
 
 
@@ -45,9 +43,7 @@ def _engine_choice(value: str) -> str:
 
 @app.command("up")
 def up(
-    name: Annotated[
-        str, typer.Option("--name", help="Cluster name; nodes are NAME-head, NAME-gpu01, ...")
-    ] = "sandbox",
+    name: Annotated[str, typer.Option("--name", help="Cluster name; nodes are NAME-head, NAME-gpu01, ...")] = "sandbox",
     nodes: Annotated[int, typer.Option("--nodes", help="Nodes: one controller, the rest compute.")] = 3,
     gpus_per_node: Annotated[
         int, typer.Option("--gpus-per-node", help="Fake GPUs (device nodes, no driver) per compute node.")
@@ -59,9 +55,7 @@ def up(
     ] = None,
     install: Annotated[
         bool,
-        typer.Option(
-            "--install/--no-install", help="Install podman, runc and debootstrap with apt when missing."
-        ),
+        typer.Option("--install/--no-install", help="Install podman, runc and debootstrap with apt when missing."),
     ] = True,
     spec: SpecOption = DEFAULT_SPEC,
     json_mode: JsonOption = False,
@@ -105,8 +99,7 @@ def up(
             f"({result.engine}, {result.subnet}); spec: {escape(result.spec)}"
         )
         out.result(
-            f"  next: gpuclus spec check {escape(result.spec)}   |   "
-            f"gpuclus sandbox ssh {escape(result.nodes[0].name)}"
+            f"  next: gpuclus spec check {escape(result.spec)}   |   gpuclus sandbox ssh {escape(result.nodes[0].name)}"
         )
 
 
@@ -139,9 +132,7 @@ def down(
         if json_mode:
             out.emit({"ok": True, **result.as_dict()})
             return
-        if not (
-            result.removed_nodes or result.removed_network or result.removed_volumes or result.removed_images
-        ):
+        if not (result.removed_nodes or result.removed_network or result.removed_volumes or result.removed_images):
             out.result("nothing to remove: no sandbox is up here")
             return
         out.result(
@@ -239,8 +230,6 @@ def _print_nodes(out: Output, rows: list[tuple[str, str, str, int, str, bool | N
     for name, role, address, gpus, state, reachable in rows:
         mark = "-" if reachable is None else ("[green]ok[/]" if reachable else "[red]failed[/]")
         colour = "green" if state == "running" else "red"
-        table.add_row(
-            escape(name), role, address, f"{gpus} (fake)" if gpus else "0", f"[{colour}]{state}[/]", mark
-        )
+        table.add_row(escape(name), role, address, f"{gpus} (fake)" if gpus else "0", f"[{colour}]{state}[/]", mark)
     if not out.json_mode:
         out.out.print(table)

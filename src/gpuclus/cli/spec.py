@@ -58,8 +58,7 @@ def check(
         )
         out.findings(loaded.findings, to_stderr=False)
         tally = (
-            ", ".join(plural(counts[level], level) for level in ("error", "warning") if counts[level])
-            or "no problems"
+            ", ".join(plural(counts[level], level) for level in ("error", "warning") if counts[level]) or "no problems"
         )
         if failed:
             # The findings are this command's result, already printed or in the

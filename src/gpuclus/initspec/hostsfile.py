@@ -183,9 +183,7 @@ def read_hosts_file(path: Path) -> HostsFile:
             )
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise UsageError(
-            f"{path}: no such file", "pass /etc/hosts or a list with one host per line"
-        ) from None
+        raise UsageError(f"{path}: no such file", "pass /etc/hosts or a list with one host per line") from None
     except PermissionError:
         raise UsageError(f"{path}: permission denied", "run as a user who can read it") from None
     except OSError as exc:
@@ -193,7 +191,5 @@ def read_hosts_file(path: Path) -> HostsFile:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(
-            f"{path}: not UTF-8 text (bad byte at offset {exc.start})", "pass a text file"
-        ) from None
+        raise UsageError(f"{path}: not UTF-8 text (bad byte at offset {exc.start})", "pass a text file") from None
     return parse_hosts_text(text, str(path))

@@ -196,8 +196,7 @@ class InitPlan:
             self.controller.count,
         )
         compute = [
-            PlannedNode(host.name, host.address, COMPUTE_ROLES, self.gpus_per_node, host.count)
-            for host in self.compute
+            PlannedNode(host.name, host.address, COMPUTE_ROLES, self.gpus_per_node, host.count) for host in self.compute
         ]
         return [controller, *compute]
 
@@ -287,8 +286,7 @@ def plan_from_flags(
             listed = by_name.get(controller_range.name)
             if listed is not None and listed.address != controller_range.address:
                 raise UsageError(
-                    f"--controller {controller!r}: {file_source} gives {listed.name} "
-                    f"the address {listed.address}",
+                    f"--controller {controller!r}: {file_source} gives {listed.name} the address {listed.address}",
                     f"pass --controller {listed.name} to use the file's address, or fix one of them",
                 )
         remaining = [host for host in remaining if host.name != controller_range.name]
@@ -299,8 +297,7 @@ def plan_from_flags(
         if compute_ranges:
             raise UsageError(
                 "no controller given",
-                "pass --controller NAME=ADDRESS for the node that runs slurmctld, "
-                "e.g. --controller head=10.0.0.10",
+                "pass --controller NAME=ADDRESS for the node that runs slurmctld, e.g. --controller head=10.0.0.10",
             )
         raise UsageError(
             "no nodes given",

@@ -143,9 +143,7 @@ def run_wizard(ask: Ask, confirm: Confirm, tell: Tell, defaults: WizardDefaults)
         if names:
             example = " or a range like 10.0.0.[11-14]" if "[" in names else ""
             compute.append(
-                ask_until_valid(
-                    ask, tell, f"Addresses of {names} (IP or DNS name{example})", None, _address(names)
-                )
+                ask_until_valid(ask, tell, f"Addresses of {names} (IP or DNS name{example})", None, _address(names))
             )
             continue
         if compute or confirm(

@@ -39,9 +39,7 @@ GPU_GROUP = ("gpu", "nodes with GPUs: driver, CUDA, GRES")
 _TEMPLATE_MARKERS = ("{{", "{%", "{#")
 
 
-def build_context(
-    spec: ClusterSpec, topology: Topology, *, source_name: str, state_dir: str
-) -> dict[str, Any]:
+def build_context(spec: ClusterSpec, topology: Topology, *, source_name: str, state_dir: str) -> dict[str, Any]:
     """Everything the templates under templates/render/ use, from a checked spec.
 
     ``source_name`` is the spec's file name (no directory) and ``state_dir``
@@ -63,9 +61,7 @@ def build_context(
         }
         for role, about in ROLE_GROUPS
     ]
-    groups.append(
-        {"name": GPU_GROUP[0], "about": GPU_GROUP[1], "hosts": [n.name for n in topology.gpu_nodes]}
-    )
+    groups.append({"name": GPU_GROUP[0], "about": GPU_GROUP[1], "hosts": [n.name for n in topology.gpu_nodes]})
 
     group_vars = {
         "cluster": _cluster_vars(spec, topology, controller),
@@ -170,8 +166,7 @@ def _nfs_vars(spec: ClusterSpec, topology: Topology) -> dict[str, Any]:
         "gpuclus_nfs_server_address": server.address if server else None,
         "gpuclus_nfs_server_impl": spec.nfs.server_impl,
         "gpuclus_nfs_exports": [
-            {"path": export.path, "mount": export.mount_point, "options": export.options}
-            for export in spec.nfs.exports
+            {"path": export.path, "mount": export.mount_point, "options": export.options} for export in spec.nfs.exports
         ],
         "gpuclus_nfs_client_options": spec.nfs.client_options,
     }

@@ -33,9 +33,7 @@ def template_name(path: str) -> str:
     return f"render/{path}.j2"
 
 
-def render_files(
-    spec: ClusterSpec, topology: Topology, *, source_name: str, state_dir: str
-) -> dict[str, str]:
+def render_files(spec: ClusterSpec, topology: Topology, *, source_name: str, state_dir: str) -> dict[str, str]:
     """Relative path -> file text for every file in RENDERED_FILES.
 
     Pure: the same spec, ``source_name`` (the spec's file name) and

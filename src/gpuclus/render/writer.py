@@ -88,9 +88,7 @@ def plan_write(output_dir: Path, files: Mapping[str, str], *, force: bool = Fals
     for path in files:
         _check_relative(path, "rendered file")
     if output_dir.exists() and not output_dir.is_dir():
-        raise UsageError(
-            f"{output_dir} exists and is not a directory", "choose another output directory with -o"
-        )
+        raise UsageError(f"{output_dir} exists and is not a directory", "choose another output directory with -o")
     plan = WritePlan(output_dir, manifest_text(files))
     recorded = _read_manifest(output_dir, force=force)
 
@@ -138,8 +136,7 @@ def write_rendered(output_dir: Path, files: Mapping[str, str], *, force: bool = 
     if plan.conflicts:
         listed = ", ".join(f"{path} ({why})" for path, why in sorted(plan.conflicts.items()))
         raise UsageError(
-            f"not overwriting {len(plan.conflicts)} file(s) in {output_dir} changed outside gpuclus: "
-            f"{listed}",
+            f"not overwriting {len(plan.conflicts)} file(s) in {output_dir} changed outside gpuclus: {listed}",
             "pass --force to overwrite, or move your edits into cluster.yaml",
         )
     for path, text in plan.write.items():

@@ -197,9 +197,7 @@ class Engine:
         except FileNotFoundError:
             raise SandboxError(f"{what}: {self.binary} is not installed") from None
         if check and result.returncode != 0:
-            raise SandboxError(
-                f"{what} failed: {engine_message(result.stderr) or f'exit {result.returncode}'}"
-            )
+            raise SandboxError(f"{what} failed: {engine_message(result.stderr) or f'exit {result.returncode}'}")
         return result
 
     def ok(self, argv: Sequence[str], timeout: float = 60) -> bool:

@@ -54,13 +54,10 @@ def apt_install(packages: list[str], say: Callable[[str], None]) -> None:
         ["apt-get", "update", "-qq"],
         ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages],
     ):
-        result = subprocess.run(
-            argv, capture_output=True, text=True, env=environment, check=False, timeout=900
-        )
+        result = subprocess.run(argv, capture_output=True, text=True, env=environment, check=False, timeout=900)
         if result.returncode != 0:
             raise SandboxError(
-                f"apt-get could not install {' '.join(packages)}: "
-                f"{engine_message(result.stderr) or 'failed'}",
+                f"apt-get could not install {' '.join(packages)}: {engine_message(result.stderr) or 'failed'}",
                 "install them by hand, then run `gpuclus sandbox up` again",
             )
 
@@ -85,11 +82,7 @@ def pick_engine(choice: EngineChoice, *, install: bool, say: Callable[[str], Non
         return EnginePick(podman_engine(), "podman works here (no daemon needed)")
     if choice == "docker" or (choice == "auto" and shutil.which("podman") is None):
         if _docker_usable():
-            reason = (
-                "asked for docker"
-                if choice == "docker"
-                else "podman is not installed; docker's daemon answers"
-            )
+            reason = "asked for docker" if choice == "docker" else "podman is not installed; docker's daemon answers"
             return EnginePick(docker_engine(), reason)
         if choice == "docker":
             raise UsageError(
@@ -101,9 +94,7 @@ def pick_engine(choice: EngineChoice, *, install: bool, say: Callable[[str], Non
         apt_install(packages, say)
         if _podman_usable():
             return EnginePick(podman_engine(), f"installed {' and '.join(packages)} with apt")
-        raise SandboxError(
-            "podman was installed but `podman info` still fails", "run `podman info` to see why"
-        )
+        raise SandboxError("podman was installed but `podman info` still fails", "run `podman info` to see why")
     raise UsageError(
         "no usable container engine (podman, or docker with a running daemon)",
         "apt-get install podman runc (or run as root on Debian/Ubuntu and gpuclus installs it)",
@@ -133,7 +124,6 @@ def check_disk(paths: list[Path], minimum: int = MIN_FREE_BYTES) -> None:
         free = shutil.disk_usage(probe).free
         if free < minimum:
             raise UsageError(
-                f"only {free / 1024**3:.1f} GiB free under {path}; "
-                f"the sandbox needs {minimum / 1024**3:.0f} GiB",
+                f"only {free / 1024**3:.1f} GiB free under {path}; the sandbox needs {minimum / 1024**3:.0f} GiB",
                 "free some space (podman system prune removes unused images)",
             )

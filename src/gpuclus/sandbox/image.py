@@ -183,9 +183,7 @@ def host_mirror(apt_root: Path) -> str:
     """The host's mirror for the Debian 12 main archive, from deb822 or one-line sources."""
     texts = []
     # The files apt reads, in apt's order (alphabetical, both formats mixed).
-    listed = sorted(
-        path for path in (apt_root / "sources.list.d").glob("*") if path.suffix in {".list", ".sources"}
-    )
+    listed = sorted(path for path in (apt_root / "sources.list.d").glob("*") if path.suffix in {".list", ".sources"})
     for path in [apt_root / "sources.list", *listed]:
         try:
             texts.append(path.read_text())

@@ -94,9 +94,7 @@ class SandboxRecord:
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError) as exc:
-            raise SandboxError(
-                f"{path} is damaged ({exc})", "run `gpuclus sandbox down --name NAME`"
-            ) from None
+            raise SandboxError(f"{path} is damaged ({exc})", "run `gpuclus sandbox down --name NAME`") from None
 
 
 def record_path(state: StateDir) -> Path:
@@ -221,9 +219,7 @@ def _spec_text(plan: SandboxPlan) -> str:
     text = sandbox_spec_text(plan)
     loaded = load_spec_text(text, "sandbox.yaml")
     if not loaded.ok:  # a bug in the template, never the user's doing
-        problems = "; ".join(
-            f"{f.code} {f.path}: {f.message}" for f in loaded.findings if f.level.value == "error"
-        )
+        problems = "; ".join(f"{f.code} {f.path}: {f.message}" for f in loaded.findings if f.level.value == "error")
         raise SandboxError(f"internal error: the sandbox spec does not pass its own check: {problems}")
     return text
 
@@ -322,9 +318,7 @@ def inspect_nodes(engine: Engine, plan: SandboxPlan) -> list[NodeStatus]:
         info = details.get(node.name)
         state = str((info or {}).get("State", {}).get("Status", "missing")) if info else "missing"
         statuses.append(
-            NodeStatus(
-                node.name, node.address, "controller" if node.controller else "compute", node.gpus, state
-            )
+            NodeStatus(node.name, node.address, "controller" if node.controller else "compute", node.gpus, state)
         )
     return statuses
 
@@ -448,15 +442,9 @@ def status(spec_path: Path, *, check: bool = True) -> tuple[SandboxRecord | None
     nodes = inspect_nodes(engine, record.plan)
     if check and state.known_hosts.exists():
         running = [
-            node
-            for node in record.plan.nodes
-            if any(s.name == node.name and s.state == "running" for s in nodes)
+            node for node in record.plan.nodes if any(s.name == node.name and s.state == "running" for s in nodes)
         ]
-        reached = (
-            {s.name: s for s in check_ssh(_subset(record.plan, running), state, attempts=1)}
-            if running
-            else {}
-        )
+        reached = {s.name: s for s in check_ssh(_subset(record.plan, running), state, attempts=1)} if running else {}
         for node in nodes:
             if node.name in reached:
                 node.ssh, node.detail = reached[node.name].ssh, reached[node.name].detail
@@ -479,18 +467,12 @@ class DownResult:
         return asdict(self)
 
 
-def down(
-    spec_path: Path, *, cluster: str | None, purge: bool, engine_choice: str | None, say: Say
-) -> DownResult:
+def down(spec_path: Path, *, cluster: str | None, purge: bool, engine_choice: str | None, say: Say) -> DownResult:
     hostprep.require_root()
     state = StateDir.beside(spec_path)
     record = SandboxRecord.load(record_path(state))
     name = cluster or (record.cluster if record else None)
-    kind = (
-        engine_choice
-        if engine_choice and engine_choice != "auto"
-        else (record.engine if record else "podman")
-    )
+    kind = engine_choice if engine_choice and engine_choice != "auto" else (record.engine if record else "podman")
     engine = engine_named(kind)
     result = DownResult(name, [], False, [], [])
     if name is not None and engine.ok(engine.list_containers(name), timeout=30):

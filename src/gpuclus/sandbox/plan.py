@@ -71,9 +71,7 @@ def plan_sandbox(cluster: str, node_count: int, gpus_per_node: int, subnet: str)
     if network.num_addresses < FIRST_HOST + node_count + 1:
         raise UsageError(f"--subnet {subnet} is too small for {node_count} nodes", "use a /24")
     hosts = list(network.hosts())
-    head = SandboxNode(
-        f"{cluster}-head", str(hosts[FIRST_HOST - 1]), True, gpus_per_node if node_count == 1 else 0
-    )
+    head = SandboxNode(f"{cluster}-head", str(hosts[FIRST_HOST - 1]), True, gpus_per_node if node_count == 1 else 0)
     compute = [
         SandboxNode(f"{cluster}-gpu{index:02d}", str(hosts[FIRST_HOST - 1 + index]), False, gpus_per_node)
         for index in range(1, node_count)
@@ -88,9 +86,7 @@ def pick_subnet(requested: str | None, taken: Iterable[ipaddress.IPv4Network | i
         try:
             network = ipaddress.ip_network(requested, strict=True)
         except ValueError as exc:
-            raise UsageError(
-                f"--subnet {requested!r}: {exc}", "give a network such as 10.213.5.0/24"
-            ) from None
+            raise UsageError(f"--subnet {requested!r}: {exc}", "give a network such as 10.213.5.0/24") from None
         if not isinstance(network, ipaddress.IPv4Network):
             raise UsageError(f"--subnet {requested}: the sandbox needs an IPv4 subnet")
         clash = next((other for other in used if network.overlaps(other)), None)

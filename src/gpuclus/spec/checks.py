@@ -248,9 +248,7 @@ def partitions(spec: ClusterSpec, topology: Topology) -> list[Finding]:
         try:
             names = hostlist.expand_list(partition.nodes)
         except hostlist.HostlistError as exc:
-            findings.append(
-                error("hostlist-syntax", str(exc), (*loc, "nodes"), hint="write ranges like gpu[01-04]")
-            )
+            findings.append(error("hostlist-syntax", str(exc), (*loc, "nodes"), hint="write ranges like gpu[01-04]"))
             continue
         covered |= set(names)
         unknown = [name for name in names if name not in all_names]
@@ -259,8 +257,7 @@ def partitions(spec: ClusterSpec, topology: Topology) -> list[Finding]:
             findings.append(
                 error(
                     "partition-unknown-node",
-                    f"partition {partition.name!r} names node(s) not in the spec: "
-                    f"{hostlist.compress(unknown)}",
+                    f"partition {partition.name!r} names node(s) not in the spec: {hostlist.compress(unknown)}",
                     (*loc, "nodes"),
                     hint="use names from `nodes:` (check the range bounds and zero padding)",
                 )
@@ -430,8 +427,7 @@ def login_node(spec: ClusterSpec, topology: Topology) -> list[Finding]:
     return [
         info(
             "no-login-node",
-            f"no node has the login role; users will submit jobs from the controller "
-            f"{topology.controller.name!r}",
+            f"no node has the login role; users will submit jobs from the controller {topology.controller.name!r}",
             ("nodes",),
             hint="add 'login' to the node users should SSH into",
         )

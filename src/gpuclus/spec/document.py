@@ -95,9 +95,7 @@ def read_spec_text(path: Path) -> str:
             usage=True,
         )
     if path.is_dir():
-        raise SpecFileError(
-            f"{path}: is a directory, not a spec file", "pass the YAML file itself", usage=True
-        )
+        raise SpecFileError(f"{path}: is a directory, not a spec file", "pass the YAML file itself", usage=True)
     try:
         size = path.stat().st_size
         if size > MAX_SPEC_BYTES:
@@ -110,15 +108,11 @@ def read_spec_text(path: Path) -> str:
             )
         raw = path.read_bytes()
     except PermissionError:
-        raise SpecFileError(
-            f"{path}: permission denied", "run as a user who can read it", usage=True
-        ) from None
+        raise SpecFileError(f"{path}: permission denied", "run as a user who can read it", usage=True) from None
     except OSError as exc:
         raise SpecFileError(f"{path}: cannot read: {exc.strerror}", None, usage=True) from None
     if b"\x00" in raw:
-        raise SpecFileError(
-            f"{path}: binary data, not a YAML text file", "pass the cluster spec (YAML)", usage=False
-        )
+        raise SpecFileError(f"{path}: binary data, not a YAML text file", "pass the cluster spec (YAML)", usage=False)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -140,9 +134,7 @@ class _SpecLoader(yaml.SafeLoader):
 
 _SpecLoader.yaml_implicit_resolvers = {
     first: [
-        (tag, regexp)
-        for tag, regexp in resolvers
-        if tag not in {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
+        (tag, regexp) for tag, regexp in resolvers if tag not in {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
     ]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
@@ -162,8 +154,7 @@ _SpecLoader.add_implicit_resolver(
 
 
 _SYNTAX_HINT = (
-    "check indentation and quoting on this line or the one above; "
-    "quote values that contain ': ' or start with [ { * &"
+    "check indentation and quoting on this line or the one above; quote values that contain ': ' or start with [ { * &"
 )
 
 
@@ -180,9 +171,7 @@ def parse_spec_text(text: str, path: str) -> SpecDocument:
     """Parse YAML text into a SpecDocument; every YAML problem becomes a finding."""
     document = SpecDocument(path=path, text=text, data=None)
 
-    def problem(
-        code: str, message: str, hint: str | None, line: int | None = None, column: int | None = None
-    ) -> None:
+    def problem(code: str, message: str, hint: str | None, line: int | None = None, column: int | None = None) -> None:
         finding = error(code, message, hint=hint)
         source = document.source_line(line) if line is not None else None
         document.findings.append(finding.located(path, line, column, source))

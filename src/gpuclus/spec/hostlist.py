@@ -28,9 +28,7 @@ def _expand_group(body: str, expression: str) -> list[str]:
     for term in body.split(","):
         match = _TERM.match(term.strip())
         if match is None:
-            raise HostlistError(
-                f"bad range {term!r} in {expression!r}: use numbers like [01-04] or [1,3,5-7]"
-            )
+            raise HostlistError(f"bad range {term!r} in {expression!r}: use numbers like [01-04] or [1,3,5-7]")
         low_text, high_text = match.group(1), match.group(2)
         width = len(low_text)
         low = int(low_text)

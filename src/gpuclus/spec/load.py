@@ -52,8 +52,7 @@ def validate_document(document: SpecDocument) -> LoadedSpec:
             document.locate(
                 error(
                     "not-a-mapping",
-                    f"the spec must be a mapping of keys (apiVersion, cluster, nodes, ...), not a "
-                    f"{_yaml_kind(data)}",
+                    f"the spec must be a mapping of keys (apiVersion, cluster, nodes, ...), not a {_yaml_kind(data)}",
                     hint="start from `gpuclus init` or an example under inventories/examples/",
                 )
             )
@@ -160,9 +159,7 @@ def _schema_finding(detail: ErrorDetails) -> Finding:
         return error("out-of-range", f"allows at most {maximum} {what}", loc, hint=hint)
     if kind in {"enum", "literal_error"}:
         expected = str(context.get("expected", "")).replace("'", "")
-        close = difflib.get_close_matches(
-            str(value), [c.strip() for c in expected.replace(" or ", ",").split(",")]
-        )
+        close = difflib.get_close_matches(str(value), [c.strip() for c in expected.replace(" or ", ",").split(",")])
         suggestion = f"did you mean {close[0]!r}? " if close else ""
         return error(
             "invalid-choice",

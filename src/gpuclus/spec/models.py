@@ -49,9 +49,7 @@ def _version_text(value: Any) -> Any:
     # YAML reads 23.10 as the float 23.1; refusing floats is the only way not
     # to pin the wrong version silently.
     if isinstance(value, float):
-        raise ValueError(
-            f'write the version in quotes ("{value}" as YAML reads it is a number, not a version)'
-        )
+        raise ValueError(f'write the version in quotes ("{value}" as YAML reads it is a number, not a version)')
     return value
 
 
@@ -153,8 +151,7 @@ class Slurm(_Model):
     version: str | None = Field(
         default=None,
         pattern=VERSION_PATTERN,
-        description="Pin the Slurm package version (e.g. '22.05.8'); the distribution's version "
-        "when left out.",
+        description="Pin the Slurm package version (e.g. '22.05.8'); the distribution's version when left out.",
     )
     _version_is_text = field_validator("version", mode="before")(_version_text)
 
@@ -215,9 +212,7 @@ class NvidiaDriver(_Model):
 
 class Cuda(_Model):
     install: bool = Field(default=True, description="Install the CUDA toolkit on GPU nodes.")
-    version: str = Field(
-        default="12.4", pattern=r"^\d+\.\d+$", description="CUDA toolkit version, e.g. '12.4'."
-    )
+    version: str = Field(default="12.4", pattern=r"^\d+\.\d+$", description="CUDA toolkit version, e.g. '12.4'.")
 
     _version_is_text = field_validator("version", mode="before")(_version_text)
 
@@ -233,9 +228,7 @@ class Containers(_Model):
 
 
 class Monitoring(_Model):
-    prometheus: bool = Field(
-        default=True, description="Prometheus on the monitoring node, exporters everywhere."
-    )
+    prometheus: bool = Field(default=True, description="Prometheus on the monitoring node, exporters everywhere.")
     grafana: bool = Field(default=True, description="Grafana on the monitoring node.")
 
 

@@ -66,9 +66,7 @@ def _expand_entry(index: int, entry: NodeEntry) -> tuple[list[Node], list[Findin
     try:
         names = hostlist.expand(entry.name)
     except hostlist.HostlistError as exc:
-        return [], [
-            error("hostlist-syntax", str(exc), names_loc, hint="write ranges like gpu[01-04] or gpu[1,3]")
-        ]
+        return [], [error("hostlist-syntax", str(exc), names_loc, hint="write ranges like gpu[01-04] or gpu[1,3]")]
     try:
         addresses = hostlist.expand(entry.address)
     except hostlist.HostlistError as exc:
@@ -87,8 +85,7 @@ def _expand_entry(index: int, entry: NodeEntry) -> tuple[list[Node], list[Findin
                 f"name {entry.name!r} expands to {len(names)} host(s) but address {entry.address!r} "
                 f"to {len(addresses)}",
                 ("nodes", index, "address"),
-                hint="give the address range as many entries as the name range, e.g. "
-                "gpu[01-04] with 10.0.0.[11-14]",
+                hint="give the address range as many entries as the name range, e.g. gpu[01-04] with 10.0.0.[11-14]",
             )
         ]
     roles = frozenset(entry.roles)

@@ -67,9 +67,7 @@ def connect(target: SshTarget, timeout: float = 10.0) -> Any:
 def run(client: Any, command: str, timeout: float = 60.0) -> CommandResult:
     _stdin, stdout, stderr = client.exec_command(command, timeout=timeout)
     status = stdout.channel.recv_exit_status()
-    return CommandResult(
-        status, stdout.read().decode(errors="replace"), stderr.read().decode(errors="replace")
-    )
+    return CommandResult(status, stdout.read().decode(errors="replace"), stderr.read().decode(errors="replace"))
 
 
 def run_once(target: SshTarget, command: str, *, timeout: float = 60.0, attempts: int = 1) -> CommandResult:

@@ -1,0 +1,270 @@
+"""`gpuclus deploy` and `gpuclus runs list|show`."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gpuclus.cli.common import DEFAULT_SPEC, JsonOption, handled, load_checked_spec
+from gpuclus.errors import UsageError
+from gpuclus.output import Output
+
+runs_app = typer.Typer(
+    help="Records of past deploys: phases, per-host results, durations, failures.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+PHASES_HELP = "Comma-separated phases: base, nfs, nvidia, slurm, containers, monitoring."
+
+
+def deploy(
+    spec: Annotated[Path, typer.Argument(help="Cluster spec (YAML).")] = DEFAULT_SPEC,
+    only: Annotated[str | None, typer.Option("--only", help=f"Run only these phases. {PHASES_HELP}")] = None,
+    skip: Annotated[str | None, typer.Option("--skip", help=f"Leave these phases out. {PHASES_HELP}")] = None,
+    limit: Annotated[
+        str | None, typer.Option("--limit", help="Only these nodes, as a hostlist (e.g. 'gpu[01-02],head').")
+    ] = None,
+    retry_failed: Annotated[
+        bool,
+        typer.Option("--retry-failed", help="Re-run only the hosts that failed or were unreachable last time."),
+    ] = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="Dry run (Ansible check mode with diffs): change nothing.")
+    ] = False,
+    verbose: Annotated[
+        int, typer.Option("-v", "--verbose", count=True, help="More Ansible detail in the run log.")
+    ] = 0,
+    keep: Annotated[int, typer.Option("--keep", help="Run records to keep under .gpuclus/runs/.", min=1)] = 20,
+    json_mode: JsonOption = False,
+) -> None:
+    """Build the cluster the spec describes: render, then run the phases with Ansible over SSH.
+
+    Phases run in order — base (hosts, time, packages, SSH trust), nfs, nvidia,
+    slurm, containers, monitoring — each only when the spec needs it. Nodes run
+    in parallel; a failing or unreachable node does not stop the others, and
+    the summary names them (`--retry-failed` re-runs just those). Every run is
+    recorded under .gpuclus/runs/ (see `gpuclus runs`). Secrets are generated
+    once into .gpuclus/secrets/ and never printed. Ctrl-C stops cleanly; the
+    next deploy picks up from there.
+
+    Exit 0 when every task succeeded, 1 when a task failed, 2 for bad options,
+    3 for an invalid spec, 4 when hosts were unreachable, 130 when interrupted.
+    """
+    from gpuclus.deploy import records, service
+
+    out = Output(json_mode=json_mode)
+    with handled(out):
+        loaded = load_checked_spec(spec, out)
+        request = service.DeployRequest(
+            spec_path=spec,
+            only=only,
+            skip=skip,
+            limit=limit,
+            check=check,
+            verbosity=verbose,
+            retry_failed=retry_failed,
+            keep=keep,
+        )
+        prepared = service.prepare(request, loaded)
+        for skipped in prepared.skipped:
+            out.note(f"[dim]skipping phase {skipped.phase.value}: {escape(skipped.reason)}[/]")
+        view = _ProgressView(out, len(loaded.topology.nodes))
+        started = time.monotonic()
+        previous = signal.getsignal(signal.SIGINT)
+        run_holder: list[Any] = []
+
+        def interrupt(signum: int, frame: FrameType | None) -> None:
+            out.note("[yellow]interrupted: stopping Ansible after the running tasks...[/]")
+            for run in run_holder:
+                run.cancel()
+
+        signal.signal(signal.SIGINT, interrupt)
+        try:
+            with view:
+                record = service.execute(prepared, view.on_event, run_holder.append)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        records.prune(_state(spec), keep)
+        code = service.exit_code(record)
+        payload = {
+            "ok": code == 0,
+            "exit_code": int(code),
+            "run_dir": str(prepared.config.run_dir),
+            **record.as_dict(),
+        }
+        if json_mode:
+            out.emit(payload)
+        else:
+            _print_summary(out, record, time.monotonic() - started)
+        if code != 0:
+            raise typer.Exit(int(code))
+
+
+def _state(spec: Path) -> Any:
+    from gpuclus.state import StateDir
+
+    return StateDir.beside(spec)
+
+
+class _ProgressView:
+    """One line per phase with its task count and elapsed time; failures printed as they happen."""
+
+    def __init__(self, out: Output, host_count: int) -> None:
+        self.out = out
+        self.host_count = host_count
+        self.progress = Progress(
+            SpinnerColumn(finished_text="[green]✓[/]"),
+            TextColumn("{task.description}"),
+            TextColumn("[dim]{task.completed} tasks[/]"),
+            TimeElapsedColumn(),
+            console=out.err,
+            transient=False,
+            disable=out.json_mode,
+        )
+        self.phase_task: TaskID | None = None
+        self.phase = ""
+        self.changed = 0
+
+    def __enter__(self) -> _ProgressView:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._finish_phase()
+        self.progress.__exit__(None, None, None)
+
+    def on_event(self, event: Any) -> None:
+        from gpuclus.deploy.events import HostResult, PhaseStarted, TaskStarted
+
+        if isinstance(event, PhaseStarted):
+            self._finish_phase()
+            self.phase, self.changed = event.phase, 0
+            self.phase_task = self.progress.add_task(f"[bold]{escape(event.phase)}[/]", total=None)
+        elif isinstance(event, TaskStarted) and self.phase_task is not None:
+            self.progress.update(
+                self.phase_task,
+                advance=1,
+                description=f"[bold]{escape(self.phase)}[/] [dim]{escape(event.task[:60])}[/]",
+            )
+        elif isinstance(event, HostResult):
+            if event.status == "changed":
+                self.changed += 1
+            if event.status in {"failed", "unreachable"} and not event.ignored:
+                word = "unreachable" if event.status == "unreachable" else "failed"
+                self.progress.console.print(
+                    f"  [red]✗ {escape(event.host)}[/] {word}: [bold]{escape(event.task)}[/]: {escape(event.message)}"
+                )
+
+    def _finish_phase(self) -> None:
+        if self.phase_task is not None:
+            task = self.progress.tasks[self.phase_task]
+            self.progress.update(
+                self.phase_task,
+                total=task.completed,
+                description=f"[bold]{escape(self.phase)}[/] [dim]({self.changed} changed)[/]",
+            )
+            self.phase_task = None
+
+
+def _print_summary(out: Output, record: Any, seconds: float) -> None:
+    table = Table(box=None, pad_edge=False)
+    for column in ("host", "ok", "changed", "failed", "unreachable", "skipped"):
+        table.add_column(column)
+    for host, stats in sorted(record.hosts.items()):
+        if host == "localhost":
+            continue
+        failed = stats.get("failures", 0)
+        dark = stats.get("dark", 0)
+        table.add_row(
+            escape(host),
+            str(stats.get("ok", 0)),
+            str(stats.get("changed", 0)),
+            f"[red]{failed}[/]" if failed else "0",
+            f"[red]{dark}[/]" if dark else "0",
+            str(stats.get("skipped", 0)),
+        )
+    out.out.print(table)
+    phases = ", ".join(f"{phase.name} {phase.seconds:.0f}s" for phase in record.phases)
+    changed = record.changed_total()
+    if record.status == "successful":
+        out.result(f"[green]✓[/] deploy {record.id}: {changed} changed in {seconds:.0f} s ({phases})")
+        return
+    failed = record.failed_hosts()
+    out.result(f"[red]✗[/] deploy {record.id} {record.status} after {seconds:.0f} s ({phases})")
+    if record.error:
+        out.result(f"  Ansible said: {escape(record.error)}")
+    if failed:
+        out.result(f"  failed or unreachable: {escape(', '.join(failed))} — fix, then `gpuclus deploy --retry-failed`")
+
+
+@runs_app.command("list")
+def runs_list(
+    spec: Annotated[Path, typer.Option("--spec", help="Cluster spec whose runs to list.")] = DEFAULT_SPEC,
+    json_mode: JsonOption = False,
+) -> None:
+    """List deploy runs, newest first: id, status, changed, duration, phases."""
+    from gpuclus.deploy.records import list_records
+
+    out = Output(json_mode=json_mode)
+    with handled(out):
+        found = list_records(_state(spec))
+        if json_mode:
+            out.emit({"ok": True, "runs": [record.as_dict() for record in found]})
+            return
+        if not found:
+            out.result("no deploy runs recorded here yet")
+            return
+        table = Table(box=None, pad_edge=False)
+        for column in ("run", "status", "changed", "seconds", "phases", "limit"):
+            table.add_column(column)
+        for record in found:
+            colour = "green" if record.status == "successful" else "red"
+            table.add_row(
+                record.id,
+                f"[{colour}]{record.status}[/]",
+                str(record.changed_total()),
+                f"{record.seconds:.0f}",
+                ",".join(phase.name for phase in record.phases),
+                escape(record.limit or ""),
+            )
+        out.out.print(table)
+
+
+@runs_app.command("show")
+def runs_show(
+    run_id: Annotated[str, typer.Argument(help="Run id (a unique prefix is enough).")],
+    spec: Annotated[Path, typer.Option("--spec", help="Cluster spec the run belongs to.")] = DEFAULT_SPEC,
+    json_mode: JsonOption = False,
+) -> None:
+    """Show one run: spec hash, phases with durations, per-host results, failures."""
+    from gpuclus.deploy.records import load_record
+
+    out = Output(json_mode=json_mode)
+    with handled(out):
+        record = load_record(_state(spec), run_id)
+        if record is None:
+            raise UsageError(f"no single run matches {run_id!r}", "see `gpuclus runs list`")
+        if json_mode:
+            out.emit({"ok": True, **record.as_dict()})
+            return
+        out.result(
+            f"[bold]run {record.id}[/]  {record.status}  {record.seconds:.0f} s  spec sha256 {record.spec_sha256[:12]}"
+        )
+        for phase in record.phases:
+            out.result(
+                f"  {phase.name:<11} {phase.seconds:6.1f} s  {phase.tasks} tasks, "
+                f"{phase.changed} changed, {phase.failed} failed"
+            )
+        _print_summary(out, record, record.seconds)
+        for failure in record.failures:
+            kind = "unreachable" if failure.unreachable else "failed"
+            out.result(f"  [red]✗ {escape(failure.host)}[/] {kind}: {escape(failure.task)}: {escape(failure.message)}")

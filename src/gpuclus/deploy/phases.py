@@ -1,0 +1,87 @@
+"""Deploy phases: which ones a spec needs, in which order, and their playbooks."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from gpuclus.errors import UsageError
+from gpuclus.spec.models import ClusterSpec
+from gpuclus.spec.topology import Topology
+
+
+class Phase(enum.StrEnum):
+    BASE = "base"
+    NFS = "nfs"
+    NVIDIA = "nvidia"
+    SLURM = "slurm"
+    CONTAINERS = "containers"
+    MONITORING = "monitoring"
+
+
+ORDER = tuple(Phase)
+
+
+@dataclass(frozen=True)
+class PhaseChoice:
+    phase: Phase
+    reason: str  # why it runs, or why it is skipped
+
+
+def wanted_phases(spec: ClusterSpec, topology: Topology) -> tuple[list[PhaseChoice], list[PhaseChoice]]:
+    """(phases the spec needs, phases it does not need), each with the reason."""
+    real_gpus = [node for node in topology.gpu_nodes if node.gpus is not None and not node.gpus.fake]
+    needs = {
+        Phase.BASE: (True, "always: hosts, time, packages, SSH trust"),
+        Phase.NFS: (bool(spec.nfs.exports), "nfs.exports is set" if spec.nfs.exports else "no nfs.exports"),
+        Phase.NVIDIA: (
+            bool(real_gpus) and (spec.nvidia.driver.install or spec.nvidia.cuda.install),
+            "real GPUs and nvidia.*.install" if real_gpus else "no real GPUs (none declared, or all fake)",
+        ),
+        Phase.SLURM: (
+            True,
+            "always: munge, slurmctld, slurmd" + (", accounting" if spec.slurm.accounting else ""),
+        ),
+        Phase.CONTAINERS: (
+            spec.containers.enroot or spec.containers.pyxis,
+            "containers.enroot/pyxis" if spec.containers.enroot or spec.containers.pyxis else "containers off",
+        ),
+        Phase.MONITORING: (
+            spec.monitoring.prometheus or spec.monitoring.grafana,
+            "monitoring on" if spec.monitoring.prometheus or spec.monitoring.grafana else "monitoring off",
+        ),
+    }
+    run = [PhaseChoice(phase, needs[phase][1]) for phase in ORDER if needs[phase][0]]
+    skip = [PhaseChoice(phase, needs[phase][1]) for phase in ORDER if not needs[phase][0]]
+    return run, skip
+
+
+def parse_phase_list(text: str | None, option: str) -> set[Phase]:
+    if not text:
+        return set()
+    chosen = set()
+    for word in text.split(","):
+        word = word.strip()
+        try:
+            chosen.add(Phase(word))
+        except ValueError:
+            raise UsageError(
+                f"{option} {word!r} is not a phase", f"phases: {', '.join(phase.value for phase in ORDER)}"
+            ) from None
+    return chosen
+
+
+def select_phases(spec_phases: list[PhaseChoice], only: set[Phase], skip: set[Phase]) -> list[Phase]:
+    """The spec's phases narrowed by --only / --skip, in deploy order."""
+    if only and skip:
+        raise UsageError("--only and --skip cannot be used together")
+    wanted = [choice.phase for choice in spec_phases]
+    if only:
+        not_needed = sorted(phase.value for phase in only if phase not in wanted)
+        if not_needed:
+            raise UsageError(
+                f"--only {','.join(not_needed)}: the spec does not use that phase",
+                "see `gpuclus deploy --help` for when each phase runs",
+            )
+        return [phase for phase in wanted if phase in only]
+    return [phase for phase in wanted if phase not in skip]

@@ -1,0 +1,162 @@
+"""Run records: what each deploy did, kept under .gpuclus/runs/<id>/record.json.
+
+A record is built from typed events (never from raw Ansible output), so it
+holds statuses, counts, durations and one-line failure messages, and no
+module results that could carry secrets.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuclus.deploy.events import Event, HostResult, PhaseStarted, PlayStats, TaskStarted
+from gpuclus.fileio import write_text_atomic
+from gpuclus.state import StateDir
+
+RECORD_FILE = "record.json"
+DEFAULT_KEEP = 20
+
+
+@dataclass
+class PhaseRecord:
+    name: str
+    seconds: float = 0.0
+    tasks: int = 0
+    changed: int = 0
+    failed: int = 0
+
+
+@dataclass
+class Failure:
+    host: str
+    task: str
+    phase: str | None
+    message: str
+    unreachable: bool
+
+
+@dataclass
+class RunRecord:
+    id: str
+    spec: str
+    spec_sha256: str
+    phases_requested: list[str]
+    limit: str | None
+    check: bool
+    started_at: float
+    gpuclus_version: str
+    status: str = "running"  # running, successful, failed, unreachable, interrupted
+    rc: int | None = None
+    finished_at: float | None = None
+    phases: list[PhaseRecord] = field(default_factory=list)
+    hosts: dict[str, dict[str, int]] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
+    error: str = ""  # why the run ended when no task failed (Ansible's own last words)
+
+    @property
+    def seconds(self) -> float:
+        return (self.finished_at or time.time()) - self.started_at
+
+    def failed_hosts(self) -> list[str]:
+        return sorted({failure.host for failure in self.failures})
+
+    def changed_total(self) -> int:
+        return sum(stats.get("changed", 0) for stats in self.hosts.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "seconds": round(self.seconds, 1), "changed": self.changed_total()}
+
+    def save(self, run_dir: Path) -> None:
+        write_text_atomic(run_dir / RECORD_FILE, json.dumps(self.as_dict(), indent=2, sort_keys=True) + "\n", 0o600)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
+        known = {key: data[key] for key in cls.__dataclass_fields__ if key in data}
+        known["phases"] = [PhaseRecord(**phase) for phase in data.get("phases", [])]
+        known["failures"] = [Failure(**failure) for failure in data.get("failures", [])]
+        return cls(**known)
+
+
+class RecordBuilder:
+    """Folds the event stream into a RunRecord as it arrives."""
+
+    def __init__(self, record: RunRecord) -> None:
+        self.record = record
+        self._phase_started: float | None = None
+
+    @property
+    def current(self) -> PhaseRecord | None:
+        return self.record.phases[-1] if self.record.phases else None
+
+    def add(self, event: Event) -> None:
+        if isinstance(event, PhaseStarted):
+            self._close_phase()
+            self.record.phases.append(PhaseRecord(event.phase))
+            self._phase_started = time.monotonic()
+        elif isinstance(event, TaskStarted) and self.current is not None:
+            self.current.tasks += 1
+        elif isinstance(event, HostResult):
+            if event.status == "changed" and self.current is not None:
+                self.current.changed += 1
+            if event.status in {"failed", "unreachable"} and not event.ignored:
+                if self.current is not None:
+                    self.current.failed += 1
+                self.record.failures.append(
+                    Failure(event.host, event.task, event.phase, event.message, event.status == "unreachable")
+                )
+        elif isinstance(event, PlayStats):
+            self.record.hosts = event.per_host
+
+    def finish(self, status: str, rc: int | None) -> RunRecord:
+        self._close_phase()
+        self.record.status = status
+        self.record.rc = rc
+        self.record.finished_at = time.time()
+        return self.record
+
+    def _close_phase(self) -> None:
+        if self.current is not None and self._phase_started is not None:
+            self.current.seconds = round(time.monotonic() - self._phase_started, 1)
+            self._phase_started = None
+
+
+def runs_dir(state: StateDir) -> Path:
+    return state.root / "runs"
+
+
+def list_records(state: StateDir) -> list[RunRecord]:
+    """Every readable record, newest first (run ids sort by time)."""
+    records = []
+    directory = runs_dir(state)
+    if not directory.is_dir():
+        return []
+    for run in sorted(directory.iterdir(), reverse=True):
+        path = run / RECORD_FILE
+        try:
+            records.append(RunRecord.from_dict(json.loads(path.read_text())))
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+    return records
+
+
+def load_record(state: StateDir, run_id: str) -> RunRecord | None:
+    matches = [record for record in list_records(state) if record.id == run_id or record.id.startswith(run_id)]
+    return matches[0] if len(matches) == 1 else None
+
+
+def prune(state: StateDir, keep: int) -> list[str]:
+    """Remove all but the newest ``keep`` run directories; returns the removed ids."""
+    directory = runs_dir(state)
+    if keep < 1 or not directory.is_dir():
+        return []
+    runs = sorted((path for path in directory.iterdir() if path.is_dir()), reverse=True)
+    removed = []
+    for old in runs[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+        removed.append(old.name)
+    return removed

@@ -1,0 +1,163 @@
+"""`gpuclus deploy` without the terminal: pick phases, prepare the run, run it, record it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuclus import __version__
+from gpuclus.deploy import records
+from gpuclus.deploy.events import Event
+from gpuclus.deploy.phases import Phase, PhaseChoice, parse_phase_list, select_phases, wanted_phases
+from gpuclus.deploy.runner import DeployRun
+from gpuclus.deploy.workspace import RunConfig, missing_playbooks, prepare_run
+from gpuclus.errors import ExitCode, UsageError
+from gpuclus.secrets import ensure_secrets
+from gpuclus.spec import hostlist
+from gpuclus.spec.load import LoadedSpec
+from gpuclus.state import StateDir
+
+
+@dataclass(frozen=True)
+class DeployRequest:
+    spec_path: Path
+    only: str | None = None
+    skip: str | None = None
+    limit: str | None = None
+    check: bool = False
+    verbosity: int = 0
+    retry_failed: bool = False
+    keep: int = records.DEFAULT_KEEP
+
+
+@dataclass
+class PreparedDeploy:
+    config: RunConfig
+    phases: list[Phase]
+    skipped: list[PhaseChoice]
+    record: records.RunRecord
+
+
+def resolve_limit(request: DeployRequest, loaded: LoadedSpec, state: StateDir) -> str | None:
+    assert loaded.topology is not None
+    names = [node.name for node in loaded.topology.nodes]
+    if request.retry_failed:
+        if request.limit:
+            raise UsageError("--retry-failed and --limit cannot be used together")
+        previous = records.list_records(state)
+        if not previous:
+            raise UsageError("--retry-failed: there is no earlier run", "run `gpuclus deploy` first")
+        failed = [host for host in previous[0].failed_hosts() if host in names]
+        if not failed:
+            raise UsageError(
+                f"--retry-failed: the last run ({previous[0].id}) had no failed or unreachable hosts",
+                "run `gpuclus deploy` without it",
+            )
+        return ",".join(failed)
+    if not request.limit:
+        return None
+    try:
+        chosen = hostlist.expand_list(request.limit)
+    except hostlist.HostlistError as exc:
+        raise UsageError(f"--limit: {exc}") from None
+    unknown = [name for name in chosen if name not in names]
+    if unknown:
+        raise UsageError(
+            f"--limit names node(s) not in the spec: {hostlist.compress(unknown)}",
+            f"nodes: {hostlist.compress(names)}",
+        )
+    return ",".join(chosen)
+
+
+def prepare(request: DeployRequest, loaded: LoadedSpec) -> PreparedDeploy:
+    from gpuclus.render import render_files
+
+    assert loaded.spec is not None and loaded.topology is not None
+    state = StateDir.beside(request.spec_path)
+    run_phases, skipped = wanted_phases(loaded.spec, loaded.topology)
+    phases = select_phases(
+        run_phases, parse_phase_list(request.only, "--only"), parse_phase_list(request.skip, "--skip")
+    )
+    absent = missing_playbooks(phases)
+    if absent:
+        names = ",".join(phase.value for phase in absent)
+        raise UsageError(
+            f"the spec needs the {names} phase(s), which this version of gpuclus does not ship yet",
+            f"deploy the rest with --skip {names}, and install those parts by hand for now",
+        )
+    limit = resolve_limit(request, loaded, state)
+    if not state.private_key.exists():
+        raise UsageError(
+            f"gpuclus has no SSH key yet ({state.private_key})",
+            "`gpuclus sandbox up` creates one for the sandbox; for real nodes run `gpuclus preflight --password`",
+        )
+    secrets = ensure_secrets(state)
+    # The run's own ansible.cfg (for re-running by hand from the run directory)
+    # points two levels up, at .gpuclus/.
+    rendered = render_files(loaded.spec, loaded.topology, source_name=request.spec_path.name, state_dir="../..")
+    config = prepare_run(
+        spec_path=request.spec_path,
+        spec_text=loaded.document.text,
+        rendered=rendered,
+        state=state,
+        secrets_dir=secrets.directory,
+        phases=phases,
+        hosts=[node.name for node in loaded.topology.nodes],
+        limit=limit,
+        check=request.check,
+        verbosity=request.verbosity,
+    )
+    record = records.RunRecord(
+        id=config.run_id,
+        spec=str(request.spec_path),
+        spec_sha256=config.spec_sha256,
+        phases_requested=list(config.phases),
+        limit=limit,
+        check=request.check,
+        started_at=time.time(),
+        gpuclus_version=__version__,
+    )
+    record.save(config.run_dir)
+    return PreparedDeploy(config, phases, skipped, record)
+
+
+def execute(
+    prepared: PreparedDeploy, on_event: Callable[[Event], None], on_start: Callable[[DeployRun], None]
+) -> records.RunRecord:
+    """Run it; ``on_start`` receives the run (to cancel it on Ctrl-C)."""
+    run = DeployRun(prepared.config)
+    builder = records.RecordBuilder(prepared.record)
+    on_start(run)
+    for event in run.events():
+        builder.add(event)
+        on_event(event)
+    outcome = run.outcome
+    assert outcome is not None
+    record = builder.finish(_status(outcome.status, builder.record, run.cancelled.is_set()), outcome.rc)
+    if record.status == "failed" and not record.failures:
+        record.error = run.output_tail() or f"ansible-playbook ended with {outcome.status} (rc {outcome.rc})"
+    record.save(prepared.config.run_dir)
+    return record
+
+
+def _status(runner_status: str, record: records.RunRecord, cancelled: bool) -> str:
+    if cancelled or runner_status == "canceled":
+        return "interrupted"
+    if any(not failure.unreachable for failure in record.failures):
+        return "failed"
+    if record.failures:
+        return "unreachable"
+    if runner_status != "successful":
+        return "failed"
+    return "successful"
+
+
+def exit_code(record: records.RunRecord) -> ExitCode:
+    return {
+        "successful": ExitCode.OK,
+        "failed": ExitCode.FAILED,
+        "unreachable": ExitCode.UNREACHABLE,
+        "interrupted": ExitCode.INTERRUPTED,
+    }.get(record.status, ExitCode.FAILED)
