@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import time
 from pathlib import Path
@@ -44,6 +45,9 @@ def deploy(
         int, typer.Option("-v", "--verbose", count=True, help="More Ansible detail in the run log.")
     ] = 0,
     keep: Annotated[int, typer.Option("--keep", help="Run records to keep under .gpuclus/runs/.", min=1)] = 20,
+    no_preflight: Annotated[
+        bool, typer.Option("--no-preflight", help="Skip the SSH preflight checks (`gpuclus preflight`) before Ansible.")
+    ] = False,
     json_mode: JsonOption = False,
 ) -> None:
     """Build the cluster the spec describes: render, then run the phases with Ansible over SSH.
@@ -74,6 +78,9 @@ def deploy(
             retry_failed=retry_failed,
             keep=keep,
         )
+        if not no_preflight:
+            bad = _preflight(out, loaded, spec, request)
+            request = dataclasses.replace(request, preflight_failures=tuple(bad))
         prepared = service.prepare(request, loaded)
         for skipped in prepared.skipped:
             out.note(f"[dim]skipping phase {skipped.phase.value}: {escape(skipped.reason)}[/]")
@@ -107,6 +114,29 @@ def deploy(
             _print_summary(out, record, time.monotonic() - started)
         if code != 0:
             raise typer.Exit(int(code))
+
+
+def _preflight(out: Output, loaded: Any, spec: Path, request: Any) -> list[Any]:
+    """Preflight every node; the ones that fail are left out of the run (and recorded), the rest go on."""
+    from gpuclus.cli.preflight import print_reports, run_for_spec
+    from gpuclus.deploy.records import Failure
+
+    started = time.monotonic()
+    reports = run_for_spec(loaded, spec)
+    bad = [report for report in reports if report.failed]
+    if not bad:
+        out.note(f"[dim]preflight: {len(reports)} nodes ok ({time.monotonic() - started:.1f} s)[/]")
+        return []
+    if not out.json_mode:
+        print_reports(out, reports)
+        out.warn(f"leaving out {', '.join(report.node for report in bad)}: preflight failed (see above)")
+    failures = []
+    for report in bad:
+        check = next(check for check in report.checks if check.status == "fail")
+        failures.append(
+            Failure(report.node, f"preflight: {check.name}", "preflight", check.message, not report.reachable)
+        )
+    return failures
 
 
 def _state(spec: Path) -> Any:

@@ -15,6 +15,8 @@ import typer
 from gpuclus import __version__
 from gpuclus.cli import deploy as deploy_cli
 from gpuclus.cli import init as init_cli
+from gpuclus.cli import plan as plan_cli
+from gpuclus.cli import preflight as preflight_cli
 from gpuclus.cli import render as render_cli
 from gpuclus.cli import sandbox as sandbox_cli
 from gpuclus.cli import spec as spec_cli
@@ -59,6 +61,8 @@ app.command("init", epilog=EPILOG)(init_cli.init)
 app.add_typer(spec_cli.app, name="spec")
 app.command("render", epilog=EPILOG)(render_cli.render)
 app.add_typer(sandbox_cli.app, name="sandbox")
+app.command("preflight", epilog=EPILOG)(preflight_cli.preflight)
+app.command("plan", epilog=EPILOG)(plan_cli.plan)
 app.command("deploy", epilog=EPILOG)(deploy_cli.deploy)
 app.add_typer(deploy_cli.runs_app, name="runs")
 

@@ -11,6 +11,7 @@ from gpuclus import __version__
 from gpuclus.deploy import records
 from gpuclus.deploy.events import Event
 from gpuclus.deploy.phases import Phase, PhaseChoice, parse_phase_list, select_phases, wanted_phases
+from gpuclus.deploy.plan import save_last_applied
 from gpuclus.deploy.runner import DeployRun
 from gpuclus.deploy.workspace import RunConfig, missing_playbooks, prepare_run
 from gpuclus.errors import ExitCode, UsageError
@@ -30,6 +31,8 @@ class DeployRequest:
     verbosity: int = 0
     retry_failed: bool = False
     keep: int = records.DEFAULT_KEEP
+    # Nodes that failed preflight: left out of this run, recorded as failures.
+    preflight_failures: tuple[records.Failure, ...] = ()
 
 
 @dataclass
@@ -38,6 +41,18 @@ class PreparedDeploy:
     phases: list[Phase]
     skipped: list[PhaseChoice]
     record: records.RunRecord
+    rendered: dict[str, str]
+    state: StateDir
+
+
+def render_for_run(request_spec: Path, loaded: LoadedSpec) -> dict[str, str]:
+    """The Ansible inputs as a run (and `gpuclus plan`) sees them."""
+    from gpuclus.render import render_files
+
+    assert loaded.spec is not None and loaded.topology is not None
+    # The run's own ansible.cfg (for re-running by hand from the run directory)
+    # points two levels up, at .gpuclus/.
+    return render_files(loaded.spec, loaded.topology, source_name=request_spec.name, state_dir="../..")
 
 
 def resolve_limit(request: DeployRequest, loaded: LoadedSpec, state: StateDir) -> str | None:
@@ -72,8 +87,6 @@ def resolve_limit(request: DeployRequest, loaded: LoadedSpec, state: StateDir) -
 
 
 def prepare(request: DeployRequest, loaded: LoadedSpec) -> PreparedDeploy:
-    from gpuclus.render import render_files
-
     assert loaded.spec is not None and loaded.topology is not None
     state = StateDir.beside(request.spec_path)
     run_phases, skipped = wanted_phases(loaded.spec, loaded.topology)
@@ -88,15 +101,20 @@ def prepare(request: DeployRequest, loaded: LoadedSpec) -> PreparedDeploy:
             f"deploy the rest with --skip {names}, and install those parts by hand for now",
         )
     limit = resolve_limit(request, loaded, state)
+    excluded = {failure.host for failure in request.preflight_failures}
+    if excluded:
+        candidates = limit.split(",") if limit else [node.name for node in loaded.topology.nodes]
+        remaining = [name for name in candidates if name not in excluded]
+        if not remaining:
+            raise UsageError("no node is left to deploy to: every chosen node failed preflight")
+        limit = ",".join(remaining)
     if not state.private_key.exists():
         raise UsageError(
             f"gpuclus has no SSH key yet ({state.private_key})",
             "`gpuclus sandbox up` creates one for the sandbox; for real nodes run `gpuclus preflight --password`",
         )
     secrets = ensure_secrets(state)
-    # The run's own ansible.cfg (for re-running by hand from the run directory)
-    # points two levels up, at .gpuclus/.
-    rendered = render_files(loaded.spec, loaded.topology, source_name=request.spec_path.name, state_dir="../..")
+    rendered = render_for_run(request.spec_path, loaded)
     config = prepare_run(
         spec_path=request.spec_path,
         spec_text=loaded.document.text,
@@ -118,9 +136,10 @@ def prepare(request: DeployRequest, loaded: LoadedSpec) -> PreparedDeploy:
         check=request.check,
         started_at=time.time(),
         gpuclus_version=__version__,
+        failures=list(request.preflight_failures),
     )
     record.save(config.run_dir)
-    return PreparedDeploy(config, phases, skipped, record)
+    return PreparedDeploy(config, phases, skipped, record, rendered, state)
 
 
 def execute(
@@ -139,6 +158,9 @@ def execute(
     if record.status == "failed" and not record.failures:
         record.error = run.output_tail() or f"ansible-playbook ended with {outcome.status} (rc {outcome.rc})"
     record.save(prepared.config.run_dir)
+    if record.status == "successful" and not prepared.config.check and not prepared.config.limit:
+        # What `gpuclus plan` diffs against: the inputs of the last full, successful deploy.
+        save_last_applied(prepared.state, prepared.rendered)
     return record
 
 

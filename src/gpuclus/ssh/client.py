@@ -8,6 +8,7 @@ paramiko is imported lazily: it is slow to import and `--help` need not pay.
 
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,23 +35,36 @@ class SshFailure(Exception):
     """Could not reach or log in to a node; the message says which and why."""
 
 
-def connect(target: SshTarget, timeout: float = 10.0) -> Any:
+def connect(target: SshTarget, timeout: float = 10.0, *, accept_new: bool = False, password: str | None = None) -> Any:
+    """An authenticated paramiko client.
+
+    accept_new: a host seen for the first time has its key recorded in
+    gpuclus' known_hosts (OpenSSH's StrictHostKeyChecking=accept-new, as the
+    Ansible runs use); a key that differs from the recorded one is always
+    refused. password: log in with it instead of gpuclus' key (bootstrap).
+    """
     import paramiko
 
     client = paramiko.SSHClient()
-    client.load_host_keys(str(target.known_hosts))
-    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    if target.known_hosts.exists():
+        client.load_host_keys(str(target.known_hosts))
+    client.set_missing_host_key_policy(
+        _accept_new_policy(target.known_hosts) if accept_new else paramiko.RejectPolicy()
+    )
+    credentials: dict[str, Any] = (
+        {"password": password} if password is not None else {"key_filename": str(target.key_file)}
+    )
     try:
         client.connect(
             target.address,
             port=target.port,
             username=target.user,
-            key_filename=str(target.key_file),
             look_for_keys=False,
             allow_agent=False,
             timeout=timeout,
             banner_timeout=timeout,
             auth_timeout=timeout,
+            **credentials,
         )
     except paramiko.BadHostKeyException:
         client.close()
@@ -62,6 +76,37 @@ def connect(target: SshTarget, timeout: float = 10.0) -> Any:
         client.close()
         raise SshFailure(f"{target.address}:{target.port}: {exc.strerror or exc}") from None
     return client
+
+
+def _accept_new_policy(known_hosts: Path) -> Any:
+    import paramiko
+
+    class AcceptNew(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]  # paramiko is untyped
+        def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+            client.get_host_keys().add(hostname, key.get_name(), key)
+            known_hosts.parent.mkdir(parents=True, exist_ok=True)
+            line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+            with known_hosts.open("a") as stream:
+                stream.write(line)
+            known_hosts.chmod(0o600)
+
+    return AcceptNew()
+
+
+def install_key(target: SshTarget, password: str, public_key: str) -> None:
+    """Log in with a password once and add gpuclus' public key to authorized_keys (like ssh-copy-id)."""
+    client = connect(target, accept_new=True, password=password)
+    try:
+        quoted = shlex.quote(public_key)
+        result = run(
+            client,
+            "umask 077 && mkdir -p ~/.ssh && touch ~/.ssh/authorized_keys && "
+            f"(grep -qxF {quoted} ~/.ssh/authorized_keys || printf '%s\\n' {quoted} >> ~/.ssh/authorized_keys)",
+        )
+    finally:
+        client.close()
+    if result.exit_status != 0:
+        raise SshFailure(f"{target.address}: could not install gpuclus' key: {result.stderr.strip()}")
 
 
 def run(client: Any, command: str, timeout: float = 60.0) -> CommandResult:

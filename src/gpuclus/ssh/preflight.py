@@ -1,0 +1,238 @@
+"""Preflight: can gpuclus deploy to these nodes? Checked over SSH, all nodes in parallel.
+
+One shell probe per node gathers everything (one round trip), and pure
+functions judge the answers, so the rules are unit-testable without nodes.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuclus.spec.topology import Node, Topology
+from gpuclus.ssh.client import SshFailure, SshTarget, connect, run
+
+MAX_CLOCK_SKEW = 5.0  # seconds; munge rejects credentials beyond its TTL window
+SUPPORTED = {("debian", "12"): True, ("ubuntu", "22.04"): False, ("ubuntu", "24.04"): False, ("rocky", "9"): False}
+
+# Everything in one round trip. Sections are separated by marker lines.
+PROBE = r"""
+echo '@@sudo'; sudo -n true >/dev/null 2>&1 && echo yes || echo no
+echo '@@os'; . /etc/os-release 2>/dev/null; echo "${ID:-unknown} ${VERSION_ID:-unknown}"
+echo '@@python'; command -v python3 || echo none
+echo '@@hostname'; hostname
+echo '@@time'; date +%s.%N
+echo '@@disk'; df -Pk / | awk 'NR==2 {print $4}'
+echo '@@pci'; for d in /sys/bus/pci/devices/*; do [ -r "$d/vendor" ] || continue;
+  v=$(cat "$d/vendor"); c=$(cat "$d/class")
+  [ "$v" = 0x10de ] && case "$c" in 0x0300*|0x0302*) echo "$d";; esac; done; true
+echo '@@devnodes'; ls /dev/nvidia[0-9]* 2>/dev/null | wc -l
+echo '@@resolve'; for n in NAMES; do getent hosts "$n" >/dev/null && echo "$n ok" || echo "$n missing"; done
+"""
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # ok, warn, fail, skip
+    message: str
+    hint: str = ""
+
+
+@dataclass
+class NodeReport:
+    node: str
+    address: str
+    reachable: bool
+    checks: list[Check] = field(default_factory=list)
+    clock: float | None = None
+    probed_at: float | None = None  # local time the answer arrived (for skew)
+
+    @property
+    def failed(self) -> bool:
+        return not self.reachable or any(check.status == "fail" for check in self.checks)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("clock")
+        data.pop("probed_at")
+        return data
+
+
+def parse_sections(text: str) -> dict[str, list[str]]:
+    sections: dict[str, list[str]] = {}
+    current = ""
+    for line in text.splitlines():
+        if line.startswith("@@"):
+            current = line[2:].strip()
+            sections[current] = []
+        elif current:
+            sections[current].append(line.strip())
+    return sections
+
+
+def judge(node: Node, sections: dict[str, list[str]], admin_user: str, min_disk_gb: float) -> list[Check]:
+    """Turn a node's probe answers into checks (pure)."""
+    checks: list[Check] = []
+
+    def first(name: str) -> str:
+        values = sections.get(name) or [""]
+        return values[0]
+
+    if first("sudo") == "yes":
+        checks.append(Check("sudo", "ok", f"{admin_user} can sudo without a password"))
+    else:
+        checks.append(
+            Check(
+                "sudo",
+                "fail",
+                f"{admin_user} cannot sudo without a password",
+                f"add '{admin_user} ALL=(ALL) NOPASSWD: ALL' to /etc/sudoers.d/{admin_user}",
+            )
+        )
+    os_id, _, version = first("os").partition(" ")
+    tested = SUPPORTED.get((os_id, version))
+    if tested is True:
+        checks.append(Check("os", "ok", f"{os_id} {version} (tested)"))
+    elif tested is False:
+        checks.append(Check("os", "warn", f"{os_id} {version}: supported, not tested in CI"))
+    else:
+        checks.append(
+            Check("os", "fail", f"{os_id} {version} is not supported", "use Debian 12, Ubuntu 22.04/24.04 or Rocky 9")
+        )
+    python = first("python")
+    if python and python != "none":
+        checks.append(Check("python", "ok", python))
+    else:
+        checks.append(Check("python", "fail", "python3 is missing", "install python3 (Ansible needs it on the node)"))
+    hostname = first("hostname")
+    if hostname.split(".")[0] == node.name:
+        checks.append(Check("hostname", "ok", hostname))
+    else:
+        checks.append(
+            Check(
+                "hostname",
+                "warn",
+                f"hostname is {hostname!r}, the spec says {node.name!r}",
+                "deploy's base phase sets it",
+            )
+        )
+    try:
+        free_gb = int(first("disk")) / 1024 / 1024
+    except ValueError:
+        free_gb = -1.0
+    if free_gb >= min_disk_gb:
+        checks.append(Check("disk", "ok", f"{free_gb:.0f} GB free on /"))
+    else:
+        checks.append(
+            Check("disk", "fail", f"{free_gb:.1f} GB free on /, need {min_disk_gb:.0f}", "free space on the root fs")
+        )
+    checks.append(_gpu_check(node, sections))
+    missing = [line.split()[0] for line in sections.get("resolve", []) if line.endswith(" missing")]
+    if missing:
+        checks.append(
+            Check("names", "warn", f"cannot resolve {', '.join(missing[:5])}", "deploy's base phase writes /etc/hosts")
+        )
+    else:
+        checks.append(Check("names", "ok", "every node name resolves"))
+    return checks
+
+
+def _gpu_check(node: Node, sections: dict[str, list[str]]) -> Check:
+    pci = [line for line in sections.get("pci", []) if line]
+    try:
+        device_nodes = int((sections.get("devnodes") or ["0"])[0])
+    except ValueError:
+        device_nodes = 0
+    expected = node.gpu_count
+    if node.gpus is not None and node.gpus.fake:
+        if device_nodes >= expected:
+            return Check("gpus", "skip", f"{device_nodes} fake GPU device(s), no driver (spec: fake)")
+        return Check("gpus", "fail", f"{device_nodes} of {expected} fake GPU device nodes", "run `gpuclus sandbox up`")
+    if len(pci) == expected:
+        return Check("gpus", "ok" if expected else "skip", f"{len(pci)} NVIDIA GPU(s) on the PCI bus")
+    return Check(
+        "gpus",
+        "fail",
+        f"{len(pci)} NVIDIA GPU(s) on the PCI bus, the spec says {expected}",
+        "fix nodes[].gpus.count, or check the hardware (lspci -d 10de:)",
+    )
+
+
+def skew_checks(reports: list[NodeReport], controller: str) -> None:
+    """Clock skew of each node against the controller (< 5 s), from the probe times."""
+    reference = next((r for r in reports if r.node == controller and r.clock is not None), None)
+    for report in reports:
+        if report.clock is None or report.probed_at is None:
+            continue
+        if reference is None or reference.clock is None or reference.probed_at is None:
+            report.checks.append(Check("clock", "skip", "controller unreachable: skew not measured"))
+            continue
+        # Compare each clock after removing when its answer arrived here.
+        skew = (report.clock - report.probed_at) - (reference.clock - reference.probed_at)
+        if abs(skew) < MAX_CLOCK_SKEW:
+            report.checks.append(Check("clock", "ok", f"{skew:+.2f} s against the controller"))
+        else:
+            report.checks.append(
+                Check(
+                    "clock",
+                    "fail",
+                    f"{skew:+.1f} s against the controller (munge needs < {MAX_CLOCK_SKEW:.0f} s)",
+                    "sync the clocks (chronyc makestep) before deploying",
+                )
+            )
+
+
+def run_preflight(
+    topology: Topology,
+    admin_user: str,
+    key_file: Path,
+    known_hosts: Path,
+    *,
+    min_disk_gb: float = 10.0,
+    connector: Callable[[SshTarget], Any] = connect,
+) -> list[NodeReport]:
+    names = " ".join(shlex.quote(node.name) for node in topology.nodes)
+    probe = PROBE.replace("NAMES", names)
+
+    def one(node: Node) -> NodeReport:
+        report = NodeReport(node.name, node.address, reachable=False)
+        target = SshTarget(node.address, admin_user, key_file, known_hosts)
+        try:
+            client = connector(target)
+        except SshFailure as failure:
+            report.checks.append(Check("ssh", "fail", str(failure), _ssh_hint(str(failure), admin_user)))
+            return report
+        try:
+            result = run(client, probe, timeout=60)
+        finally:
+            client.close()
+        report.probed_at = time.time()
+        report.reachable = True
+        report.checks.append(Check("ssh", "ok", f"{admin_user}@{node.address} with gpuclus' key"))
+        sections = parse_sections(result.stdout)
+        try:
+            report.clock = float((sections.get("time") or ["nan"])[0])
+        except ValueError:
+            report.clock = None
+        report.checks.extend(judge(node, sections, admin_user, min_disk_gb))
+        return report
+
+    with ThreadPoolExecutor(max_workers=min(32, len(topology.nodes))) as pool:
+        reports = list(pool.map(one, topology.nodes))
+    if topology.controller is not None:
+        skew_checks(reports, topology.controller.name)
+    return reports
+
+
+def _ssh_hint(message: str, admin_user: str) -> str:
+    if "host key" in message:
+        return "the node's host key changed: if it was reinstalled, remove its line from .gpuclus/ssh/known_hosts"
+    if "Authentication" in message or "auth" in message.lower():
+        return f"install gpuclus' key: `gpuclus preflight --password` (asks for {admin_user}'s password once)"
+    return "check the address, that sshd runs, and the firewall"
