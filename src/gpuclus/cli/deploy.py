@@ -78,8 +78,9 @@ def deploy(
             retry_failed=retry_failed,
             keep=keep,
         )
+        chosen = service.scope(request, loaded)  # bad options fail here, before any SSH
         if not no_preflight:
-            bad = _preflight(out, loaded, spec, request)
+            bad = _preflight(out, loaded, spec, chosen.hosts)
             request = dataclasses.replace(request, preflight_failures=tuple(bad))
         prepared = service.prepare(request, loaded)
         for skipped in prepared.skipped:
@@ -116,13 +117,13 @@ def deploy(
             raise typer.Exit(int(code))
 
 
-def _preflight(out: Output, loaded: Any, spec: Path, request: Any) -> list[Any]:
-    """Preflight every node; the ones that fail are left out of the run (and recorded), the rest go on."""
+def _preflight(out: Output, loaded: Any, spec: Path, hosts: list[str]) -> list[Any]:
+    """Preflight this run's nodes; the ones that fail are left out (and recorded), the rest go on."""
     from gpuclus.cli.preflight import print_reports, run_for_spec
     from gpuclus.deploy.records import Failure
 
     started = time.monotonic()
-    reports = run_for_spec(loaded, spec)
+    reports = run_for_spec(loaded, spec, hosts=hosts)
     bad = [report for report in reports if report.failed]
     if not bad:
         out.note(f"[dim]preflight: {len(reports)} nodes ok ({time.monotonic() - started:.1f} s)[/]")

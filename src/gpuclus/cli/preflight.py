@@ -56,7 +56,7 @@ def preflight(
             raise typer.Exit(int(code))
 
 
-def run_for_spec(loaded: Any, spec: Path, min_disk_gb: float = 10.0) -> list[Any]:
+def run_for_spec(loaded: Any, spec: Path, min_disk_gb: float = 10.0, hosts: list[str] | None = None) -> list[Any]:
     from gpuclus.ssh.client import connect
     from gpuclus.ssh.preflight import run_preflight
     from gpuclus.state import StateDir
@@ -70,6 +70,7 @@ def run_for_spec(loaded: Any, spec: Path, min_disk_gb: float = 10.0) -> list[Any
         state.private_key,
         state.known_hosts,
         min_disk_gb=min_disk_gb,
+        only=hosts,
         connector=lambda target: connect(target, accept_new=True),
     )
 

@@ -104,12 +104,13 @@ def failure_message(result: Any, limit: int = 400) -> str:
         message = f"{message} (rc {result['rc']})"
     if stderr and (not message or message.startswith("non-zero return code")):
         message = f"{message}: {_last_line(stderr)}" if message else _last_line(stderr)
+    results = result.get("results")
+    if isinstance(results, list) and (not message or message == "One or more items failed"):
+        # A loop: the failed item says what went wrong, the task only that something did.
+        failed = [item for item in results if isinstance(item, dict) and item.get("failed")]
+        if failed:
+            return failure_message(failed[0], limit)
     if not message:
-        results = result.get("results")
-        if isinstance(results, list):
-            failed = [item for item in results if isinstance(item, dict) and item.get("failed")]
-            if failed:
-                return failure_message(failed[0], limit)
         message = str(result.get("reason") or result.get("exception") or "failed (no message)")
     return re.sub(r"\s+", " ", message)[:limit]
 

@@ -36,7 +36,11 @@ def wanted_phases(spec: ClusterSpec, topology: Topology) -> tuple[list[PhaseChoi
         Phase.NFS: (bool(spec.nfs.exports), "nfs.exports is set" if spec.nfs.exports else "no nfs.exports"),
         Phase.NVIDIA: (
             bool(real_gpus) and (spec.nvidia.driver.install or spec.nvidia.cuda.install),
-            "real GPUs and nvidia.*.install" if real_gpus else "no real GPUs (none declared, or all fake)",
+            "no real GPUs (none declared, or all fake)"
+            if not real_gpus
+            else "real GPUs and nvidia.*.install"
+            if spec.nvidia.driver.install or spec.nvidia.cuda.install
+            else "nvidia.driver.install and nvidia.cuda.install are off",
         ),
         Phase.SLURM: (
             True,

@@ -86,7 +86,19 @@ def resolve_limit(request: DeployRequest, loaded: LoadedSpec, state: StateDir) -
     return ",".join(chosen)
 
 
-def prepare(request: DeployRequest, loaded: LoadedSpec) -> PreparedDeploy:
+@dataclass(frozen=True)
+class RunScope:
+    phases: list[Phase]
+    skipped: list[PhaseChoice]
+    limit: str | None
+    hosts: list[str]  # the nodes this run touches
+
+
+def scope(request: DeployRequest, loaded: LoadedSpec) -> RunScope:
+    """Check the options against the spec and decide phases and nodes; no side effects.
+
+    Runs before preflight, so a mistyped option costs no SSH round.
+    """
     assert loaded.spec is not None and loaded.topology is not None
     state = StateDir.beside(request.spec_path)
     run_phases, skipped = wanted_phases(loaded.spec, loaded.topology)
@@ -101,12 +113,26 @@ def prepare(request: DeployRequest, loaded: LoadedSpec) -> PreparedDeploy:
             f"deploy the rest with --skip {names}, and install those parts by hand for now",
         )
     limit = resolve_limit(request, loaded, state)
-    excluded = {failure.host for failure in request.preflight_failures}
+    hosts = limit.split(",") if limit else [node.name for node in loaded.topology.nodes]
+    return RunScope(phases, skipped, limit, hosts)
+
+
+def prepare(request: DeployRequest, loaded: LoadedSpec) -> PreparedDeploy:
+    assert loaded.spec is not None and loaded.topology is not None
+    state = StateDir.beside(request.spec_path)
+    chosen = scope(request, loaded)
+    phases, skipped, limit = chosen.phases, chosen.skipped, chosen.limit
+    # Only this run's nodes count: a node outside --limit that failed preflight is not this run's failure.
+    preflight_failures = [failure for failure in request.preflight_failures if failure.host in chosen.hosts]
+    excluded = {failure.host for failure in preflight_failures}
     if excluded:
-        candidates = limit.split(",") if limit else [node.name for node in loaded.topology.nodes]
-        remaining = [name for name in candidates if name not in excluded]
+        remaining = [name for name in chosen.hosts if name not in excluded]
         if not remaining:
-            raise UsageError("no node is left to deploy to: every chosen node failed preflight")
+            reasons = "; ".join(f"{f.host}: {f.message}" for f in preflight_failures[:3])
+            raise UsageError(
+                f"no node is left to deploy to: every chosen node failed preflight ({reasons})",
+                "run `gpuclus preflight` for the full report and a hint per problem",
+            )
         limit = ",".join(remaining)
     if not state.private_key.exists():
         raise UsageError(
@@ -136,7 +162,7 @@ def prepare(request: DeployRequest, loaded: LoadedSpec) -> PreparedDeploy:
         check=request.check,
         started_at=time.time(),
         gpuclus_version=__version__,
-        failures=list(request.preflight_failures),
+        failures=preflight_failures,
     )
     record.save(config.run_dir)
     return PreparedDeploy(config, phases, skipped, record, rendered, state)

@@ -196,7 +196,9 @@ def run_preflight(
     *,
     min_disk_gb: float = 10.0,
     connector: Callable[[SshTarget], Any] = connect,
+    only: list[str] | None = None,
 ) -> list[NodeReport]:
+    """Probe the nodes (all, or those named in ``only``); the controller is always probed for clock skew."""
     names = " ".join(shlex.quote(node.name) for node in topology.nodes)
     probe = PROBE.replace("NAMES", names)
 
@@ -223,11 +225,16 @@ def run_preflight(
         report.checks.extend(judge(node, sections, admin_user, min_disk_gb))
         return report
 
-    with ThreadPoolExecutor(max_workers=min(32, len(topology.nodes))) as pool:
-        reports = list(pool.map(one, topology.nodes))
-    if topology.controller is not None:
-        skew_checks(reports, topology.controller.name)
-    return reports
+    controller = topology.controller
+    chosen = [node for node in topology.nodes if only is None or node.name in only]
+    reference_only = controller is not None and controller not in chosen
+    probed = [*chosen, controller] if reference_only and controller is not None else chosen
+    with ThreadPoolExecutor(max_workers=max(1, min(32, len(probed)))) as pool:
+        reports = list(pool.map(one, probed))
+    if controller is not None:
+        skew_checks(reports, controller.name)
+    # The controller was probed only as the clock reference: not part of the result.
+    return reports[: len(chosen)]
 
 
 def _ssh_hint(message: str, admin_user: str) -> str:
