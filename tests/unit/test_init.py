@@ -94,7 +94,7 @@ def test_flags_write_a_valid_commented_spec(tmp_path: Path) -> None:
     assert (spec.spec.nvidia.driver.install, spec.spec.nvidia.driver.branch) == (True, "550")
     assert (spec.spec.nvidia.cuda.install, spec.spec.nvidia.cuda.version) == (True, "12.4")
     assert spec.spec.containers.enroot and spec.spec.containers.pyxis
-    assert spec.spec.monitoring.prometheus and spec.spec.monitoring.grafana
+    assert spec.spec.monitoring.prometheus and not spec.spec.monitoring.grafana
     assert (spec.spec.network.fabric.value, spec.spec.network.link_gbps) == ("ethernet", 10)
     assert [finding.code for finding in spec.findings] == []
 

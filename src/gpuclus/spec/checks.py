@@ -370,6 +370,20 @@ def monitoring_node(spec: ClusterSpec, topology: Topology) -> list[Finding]:
 
 
 @_check
+def grafana(spec: ClusterSpec, topology: Topology) -> list[Finding]:
+    if not spec.monitoring.grafana:
+        return []
+    return [
+        warning(
+            "grafana-not-shipped",
+            "monitoring.grafana is true, but this version of gpuclus does not install Grafana yet",
+            ("monitoring", "grafana"),
+            hint="set grafana: false (Prometheus still runs) and install Grafana from its apt repository by hand",
+        )
+    ]
+
+
+@_check
 def containers(spec: ClusterSpec, topology: Topology) -> list[Finding]:
     if spec.containers.pyxis and not spec.containers.enroot:
         return [
@@ -478,6 +492,7 @@ CODES: dict[str, tuple[Level, str]] = {
     ),
     "monitoring-node-multiple": (Level.ERROR, "more than one monitoring node"),
     "pyxis-without-enroot": (Level.ERROR, "Pyxis without Enroot"),
+    "grafana-not-shipped": (Level.WARNING, "Grafana asked for; this version does not install it"),
     "no-gpu-nodes": (Level.INFO, "no node declares GPUs"),
     "fake-gpus-with-driver": (Level.WARNING, "driver install on nodes with fake GPUs"),
     "cuda-without-driver": (Level.INFO, "CUDA installed without the driver"),

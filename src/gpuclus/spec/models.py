@@ -229,7 +229,11 @@ class Containers(_Model):
 
 class Monitoring(_Model):
     prometheus: bool = Field(default=True, description="Prometheus on the monitoring node, exporters everywhere.")
-    grafana: bool = Field(default=True, description="Grafana on the monitoring node.")
+    grafana: bool = Field(
+        default=False,
+        description="Grafana on the monitoring node. Not installed by this version of gpuclus yet "
+        "(it comes from Grafana's own apt repository); true gives a warning.",
+    )
 
 
 class Network(_Model):
