@@ -297,10 +297,15 @@ def test_node_setup_script_quotes_the_key(tmp_path: Path, key: str) -> None:
     script = _node_setup_script(plan, plan.nodes[1], key)
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
     subprocess.run(["sh", "-n"], input=script, text=True, check=True)  # the node runs it with sh -s
-    # Run the line that writes the key, into tmp_path: the file holds exactly the key.
-    (line,) = [line for line in script.splitlines() if line.startswith("printf ")]
+    # Run the lines that add the key, into tmp_path, twice, next to a key a
+    # deploy put there: the key is added once and nothing else is lost.
+    lines = script.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("key="))
+    snippet = "\n".join(lines[start : start + 3])
     target = tmp_path / "authorized_keys"
-    line = line.replace("/home/gpuclus/.ssh/authorized_keys", shlex.quote(str(target)))
-    subprocess.run(["sh", "-c", line], check=True, cwd=tmp_path)
-    assert target.read_text() == key + "\n"
+    snippet = snippet.replace("/home/gpuclus/.ssh/authorized_keys", shlex.quote(str(target)))
+    target.write_text("ssh-ed25519 AAAACLUSTER cluster-key\n")
+    for _ in range(2):
+        subprocess.run(["sh", "-c", snippet], check=True, cwd=tmp_path)
+    assert target.read_text() == "ssh-ed25519 AAAACLUSTER cluster-key\n" + key + "\n"
     assert not (tmp_path / "pwned").exists()

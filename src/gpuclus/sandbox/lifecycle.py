@@ -182,10 +182,15 @@ def up(options: UpOptions, say: Say) -> UpResult:
         raise SandboxError(f"node(s) {', '.join(not_running)} did not stay running", _logs_hint(engine))
 
     notes: list[str] = []
-    if created or image_built or not state.known_hosts.exists():
-        say("waiting for systemd and sshd on every node")
-        host_keys = _configure_nodes(engine, plan, public_key, notes)
-        state.set_known_host_keys({node.address: [host_keys[node.name]] for node in plan.nodes})
+    # Only nodes that were just created or started are (re)configured: running
+    # ones may hold what a deploy put there since.
+    to_configure = [
+        node for node in plan.nodes if node.name in created or image_built or not state.known_hosts.exists()
+    ]
+    if to_configure:
+        say(f"waiting for systemd and sshd on {', '.join(node.name for node in to_configure)}")
+        host_keys = _configure_nodes(engine, plan, to_configure, public_key, notes)
+        state.set_known_host_keys({node.address: [host_keys[node.name]] for node in to_configure})
 
     spec_text = _spec_text(plan)
     if not options.spec_path.exists() or options.spec_path.read_text() != spec_text:
@@ -335,13 +340,17 @@ def _node_setup_script(plan: SandboxPlan, node: SandboxNode, public_key: str) ->
         else f"rm -f {FAKE_GPU_CONFIG}"
     )
     return f"""set -eu
-# /etc/hosts is a plain file in the node (--no-hosts): write it in place.
-cat > /etc/hosts <<'EOF'
+# /etc/hosts is a plain file in the node (--no-hosts): write it in place,
+# unless a deploy's base role already manages it (a restarted node).
+grep -q 'managed by gpuclus' /etc/hosts 2>/dev/null || cat > /etc/hosts <<'EOF'
 {hosts}
 EOF
 {gpus}
 install -d -m 700 -o {ADMIN_USER} -g {ADMIN_USER} {home}/.ssh
-printf '%s\\n' {shlex.quote(public_key)} > {home}/.ssh/authorized_keys
+# Added, never overwritten: a deploy adds the cluster's own key next to it.
+key={shlex.quote(public_key)}
+touch {home}/.ssh/authorized_keys
+grep -qxF "$key" {home}/.ssh/authorized_keys || printf '%s\\n' "$key" >> {home}/.ssh/authorized_keys
 chown {ADMIN_USER}:{ADMIN_USER} {home}/.ssh/authorized_keys
 chmod 600 {home}/.ssh/authorized_keys
 cut -d' ' -f1,2 /etc/ssh/ssh_host_ed25519_key.pub
@@ -370,7 +379,9 @@ def wait_for_boot(engine: Engine, name: str, timeout: float = BOOT_TIMEOUT) -> s
     return state
 
 
-def _configure_nodes(engine: Engine, plan: SandboxPlan, public_key: str, notes: list[str]) -> dict[str, str]:
+def _configure_nodes(
+    engine: Engine, plan: SandboxPlan, nodes: list[SandboxNode], public_key: str, notes: list[str]
+) -> dict[str, str]:
     """Wait for boot, then write /etc/hosts, fake GPUs and the admin key; returns host keys."""
 
     def configure(node: SandboxNode) -> tuple[str, str]:
@@ -396,8 +407,8 @@ def _configure_nodes(engine: Engine, plan: SandboxPlan, public_key: str, notes: 
             raise SandboxError(f"{node.name} has no SSH host key (got {key!r})")
         return node.name, key
 
-    with ThreadPoolExecutor(max_workers=min(8, len(plan.nodes))) as pool:
-        return dict(pool.map(configure, plan.nodes))
+    with ThreadPoolExecutor(max_workers=min(8, len(nodes))) as pool:
+        return dict(pool.map(configure, nodes))
 
 
 def check_ssh(plan: SandboxPlan, state: StateDir, attempts: int = 10) -> list[NodeStatus]:
