@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The README's first command: install gpuclus, bring up a 3-node sandbox
-# (local systemd container nodes with fake GPUs, reachable over SSH), check
-# the spec it wrote and render the Ansible inventory from it.
-# (deploy and validate join this flow as their issues land.)
+# (local systemd container nodes with fake GPUs, reachable over SSH), deploy
+# the cluster on it (hosts, SSH trust, NFS, Slurm with accounting, Prometheus)
+# and run Slurm jobs. (validate joins this flow with its issue.)
 #   bash scripts/quickstart.sh [WORKDIR]      (default WORKDIR: ./demo)
 # Needs root on Debian/Ubuntu: the nodes are privileged containers; podman,
 # runc and debootstrap are installed with apt when missing.
@@ -18,4 +18,6 @@ set -x
 "$gpuclus" sandbox up --nodes 3 --gpus-per-node 2
 "$gpuclus" sandbox status
 "$gpuclus" spec check sandbox.yaml
-"$gpuclus" render sandbox.yaml --output rendered --force
+"$gpuclus" deploy sandbox.yaml
+"$gpuclus" sandbox ssh sandbox-head -- sinfo
+"$gpuclus" sandbox ssh sandbox-head -- srun --nodes=2 --gres=gpu:1 hostname

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -205,6 +207,16 @@ def ssh(
             known = ", ".join(n.name for n in record.nodes)
             raise UsageError(f"no sandbox node named {node!r}", f"nodes: {known}")
         client = shutil.which("ssh")
+        if client is None and ctx.args:
+            # No OpenSSH client here: run the command over paramiko instead.
+            from gpuclus.ssh.client import SshTarget, run_once
+
+            result = run_once(
+                SshTarget(address, ADMIN_USER, state.private_key, state.known_hosts), shlex.join(ctx.args), timeout=600
+            )
+            sys.stdout.write(result.stdout)
+            sys.stderr.write(result.stderr)
+            raise typer.Exit(result.exit_status)
         if client is None:
             raise UsageError("the ssh client is not installed", "apt-get install openssh-client")
         argv = [

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuclus.errors import ExitCode, GpuclusError
+
 
 @dataclass(frozen=True)
 class SshTarget:
@@ -31,8 +33,10 @@ class CommandResult:
     stderr: str
 
 
-class SshFailure(Exception):
-    """Could not reach or log in to a node; the message says which and why."""
+class SshFailure(GpuclusError):
+    """Could not reach or log in to a node; the message says which and why (exit 4)."""
+
+    exit_code = ExitCode.UNREACHABLE
 
 
 def connect(target: SshTarget, timeout: float = 10.0, *, accept_new: bool = False, password: str | None = None) -> Any:
