@@ -167,6 +167,44 @@ def test_ctrl_c_stops_the_run_and_the_next_run_is_clean(spec: Path, outputs: lis
     assert again["status"] == "successful"
 
 
+def test_preflight_passes_on_the_sandbox_and_calls_fake_gpus_fake(spec: Path, outputs: list[str]) -> None:
+    result = gpuclus("preflight", str(spec), "--json")
+    outputs.append(result.stdout)
+    assert result.returncode == 0, result.stdout
+    report = json.loads(result.stdout)
+    checks = {
+        node["node"]: {c["name"]: (c["status"], c["message"]) for c in node["checks"]} for node in report["nodes"]
+    }
+    assert set(checks) == {f"{CLUSTER}-head", f"{CLUSTER}-gpu01", f"{CLUSTER}-gpu02"}
+    for name, node_checks in checks.items():
+        assert node_checks["ssh"][0] == "ok" and node_checks["sudo"][0] == "ok" and node_checks["clock"][0] == "ok"
+        if name.endswith("head"):
+            continue
+        assert node_checks["gpus"] == ("skip", "2 fake GPU device(s), no driver (spec: fake)")
+
+
+def test_plan_diffs_against_the_last_deploy_and_check_mode_changes_nothing(spec: Path, outputs: list[str]) -> None:
+    unchanged = gpuclus("plan", str(spec), "--json")
+    assert unchanged.returncode == 0, unchanged.stderr
+    assert json.loads(unchanged.stdout) == {"ok": True, "applied_before": True, "files": []}
+    original = spec.read_text()
+    try:
+        spec.write_text(original.replace("accounting: true", "accounting: false"))
+        planned = gpuclus("plan", str(spec), "--json", "--check")
+        outputs += [planned.stdout, planned.stderr]
+        assert planned.returncode == 0, planned.stderr
+        report = json.loads(planned.stdout)
+        assert [(f["path"], f["status"]) for f in report["files"]] == [
+            ("inventory/group_vars/all/slurm.yml", "changed")
+        ]
+        assert "-gpuclus_slurm_accounting: true" in report["files"][0]["diff"]
+        assert "+gpuclus_slurm_accounting: false" in report["files"][0]["diff"]
+        assert report["check"]["status"] == "successful"
+        assert [phase["name"] for phase in report["check"]["phases"]] == ["base", "nfs", "slurm", "monitoring"]
+    finally:
+        spec.write_text(original)
+
+
 def test_runs_are_listed_and_shown(spec: Path, outputs: list[str]) -> None:
     listed = gpuclus("runs", "list", "--spec", str(spec), "--json")
     runs = json.loads(listed.stdout)["runs"]

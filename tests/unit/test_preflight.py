@@ -1,0 +1,193 @@
+"""Preflight's rules, judged from recorded probe answers (no SSH)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from gpuclus.spec.load import load_spec_text
+from gpuclus.spec.topology import Node, Topology
+from gpuclus.ssh.client import SshFailure, SshTarget
+from gpuclus.ssh.preflight import NodeReport, judge, parse_sections, run_preflight, skew_checks
+
+SPEC = """\
+apiVersion: gpuclus/v1
+cluster: {name: lab, admin_user: ubuntu}
+nodes:
+  - {name: head, address: 10.0.0.10, roles: [controller, login]}
+  - {name: gpu01, address: 10.0.0.11, roles: [compute], gpus: {count: 2}}
+  - {name: fake01, address: 10.0.0.12, roles: [compute], gpus: {count: 2, fake: true}}
+monitoring: {prometheus: false}
+nvidia: {driver: {install: false}, cuda: {install: false}}
+containers: {enroot: false, pyxis: false}
+"""
+
+HEALTHY = """\
+@@sudo
+yes
+@@os
+debian 12
+@@python
+/usr/bin/python3
+@@hostname
+{name}
+@@time
+{clock}
+@@disk
+52428800
+@@pci
+{pci}
+@@devnodes
+{devnodes}
+@@resolve
+head ok
+gpu01 ok
+fake01 ok
+"""
+
+
+def topology() -> Topology:
+    loaded = load_spec_text(SPEC)
+    assert loaded.topology is not None, loaded.findings
+    return loaded.topology
+
+
+def node(name: str) -> Node:
+    return topology().by_name()[name]
+
+
+def answers(name: str, **changes: str) -> dict[str, list[str]]:
+    values = {"name": name, "clock": "1000.0", "pci": "", "devnodes": "0", **changes}
+    return parse_sections(HEALTHY.format(**values))
+
+
+def statuses(checks: list[Any]) -> dict[str, str]:
+    return {check.name: check.status for check in checks}
+
+
+def test_a_healthy_cpu_node_passes_everything() -> None:
+    result = statuses(judge(node("head"), answers("head"), "ubuntu", 10))
+    assert result == {
+        "sudo": "ok",
+        "os": "ok",
+        "python": "ok",
+        "hostname": "ok",
+        "disk": "ok",
+        "gpus": "skip",
+        "names": "ok",
+    }
+
+
+def test_real_gpus_are_counted_on_the_pci_bus() -> None:
+    two = "/sys/bus/pci/devices/0000:17:00.0\n/sys/bus/pci/devices/0000:65:00.0"
+    assert statuses(judge(node("gpu01"), answers("gpu01", pci=two), "ubuntu", 10))["gpus"] == "ok"
+    one = judge(node("gpu01"), answers("gpu01", pci="/sys/bus/pci/devices/0000:17:00.0"), "ubuntu", 10)
+    gpu = next(check for check in one if check.name == "gpus")
+    assert gpu.status == "fail"
+    assert "1 NVIDIA GPU(s) on the PCI bus, the spec says 2" in gpu.message
+    assert "lspci" in gpu.hint
+
+
+def test_fake_gpus_are_reported_as_fake_never_ok() -> None:
+    gpu = next(c for c in judge(node("fake01"), answers("fake01", devnodes="2"), "ubuntu", 10) if c.name == "gpus")
+    assert (gpu.status, gpu.message) == ("skip", "2 fake GPU device(s), no driver (spec: fake)")
+    missing = next(c for c in judge(node("fake01"), answers("fake01", devnodes="1"), "ubuntu", 10) if c.name == "gpus")
+    assert missing.status == "fail"
+
+
+@pytest.mark.parametrize(
+    ("section", "value", "check", "status", "words"),
+    [
+        ("sudo", "no", "sudo", "fail", "NOPASSWD"),
+        ("os", "ubuntu 24.04", "os", "warn", "not tested"),
+        ("os", "centos 7", "os", "fail", "Debian 12"),
+        ("python", "none", "python", "fail", "install python3"),
+        ("hostname", "localhost", "hostname", "warn", "base phase sets it"),
+        ("disk", "1024", "disk", "fail", "free space"),
+    ],
+)
+def test_each_problem_fails_or_warns_with_a_hint(section: str, value: str, check: str, status: str, words: str) -> None:
+    sections = answers("head")
+    sections[section] = [value]
+    found = next(c for c in judge(node("head"), sections, "ubuntu", 10) if c.name == check)
+    assert found.status == status
+    assert words in found.hint + found.message
+
+
+def test_unresolvable_names_warn() -> None:
+    sections = answers("head")
+    sections["resolve"] = ["head ok", "gpu01 missing", "fake01 missing"]
+    names = next(c for c in judge(node("head"), sections, "ubuntu", 10) if c.name == "names")
+    assert names.status == "warn"
+    assert "gpu01, fake01" in names.message
+
+
+def test_clock_skew_is_measured_against_the_controller() -> None:
+    reports = [
+        NodeReport("head", "10.0.0.10", True, clock=1000.0, probed_at=1000.2),
+        NodeReport("gpu01", "10.0.0.11", True, clock=1001.0, probed_at=1000.3),
+        NodeReport("fake01", "10.0.0.12", True, clock=1010.0, probed_at=1000.3),
+    ]
+    skew_checks(reports, "head")
+    clock = {report.node: report.checks[-1] for report in reports}
+    assert clock["head"].status == "ok"
+    assert clock["gpu01"].status == "ok" and clock["gpu01"].message.startswith("+0.90 s")
+    assert clock["fake01"].status == "fail" and "munge" in clock["fake01"].message
+
+
+@dataclass
+class FakeChannel:
+    status: int
+
+    def recv_exit_status(self) -> int:
+        return self.status
+
+
+class FakeStream:
+    def __init__(self, text: str, status: int = 0) -> None:
+        self.text = text
+        self.channel = FakeChannel(status)
+
+    def read(self) -> bytes:
+        return self.text.encode()
+
+
+class FakeClient:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.closed = False
+
+    def exec_command(self, command: str, timeout: float) -> tuple[None, FakeStream, FakeStream]:
+        assert "@@sudo" in command and "head gpu01 fake01" in command
+        devnodes = "2" if self.name == "fake01" else "0"
+        pci = "/sys/x/a\n/sys/x/b" if self.name == "gpu01" else ""
+        return (
+            None,
+            FakeStream(HEALTHY.format(name=self.name, clock="1000", pci=pci, devnodes=devnodes)),
+            FakeStream(""),
+        )
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_run_preflight_probes_in_parallel_and_names_the_unreachable(tmp_path: Any) -> None:
+    addresses = {"10.0.0.10": "head", "10.0.0.11": "gpu01", "10.0.0.12": "fake01"}
+
+    def connector(target: SshTarget) -> FakeClient:
+        if target.address == "10.0.0.12":
+            raise SshFailure("10.0.0.12:22: timed out")
+        assert target.user == "ubuntu"
+        return FakeClient(addresses[target.address])
+
+    reports = run_preflight(topology(), "ubuntu", tmp_path / "key", tmp_path / "known", connector=connector)
+    by_node = {report.node: report for report in reports}
+    assert [report.node for report in reports] == ["head", "gpu01", "fake01"]
+    assert not by_node["head"].failed and not by_node["gpu01"].failed
+    assert by_node["fake01"].reachable is False
+    assert by_node["fake01"].checks[0].hint == "check the address, that sshd runs, and the firewall"
+    only = run_preflight(topology(), "ubuntu", tmp_path / "k", tmp_path / "kh", connector=connector, only=["gpu01"])
+    assert [report.node for report in only] == ["gpu01"]
+    assert any(check.name == "clock" and check.status == "ok" for check in only[0].checks)
