@@ -21,6 +21,8 @@ if compgen -G "roles/*/tasks/main.yml" >/dev/null; then
 fi
 step "pytest"
 pytest
+step "molecule (3-node cluster scenario: converge, idempotence, verify)"
+molecule test -s cluster
 step "README quickstart"
 work=$(mktemp -d)
 repo=$PWD
