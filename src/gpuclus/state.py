@@ -6,7 +6,6 @@ created on first use. Private keys are generated in-process and never printed.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,7 +94,3 @@ def _lines_without(path: Path, hosts: set[str]) -> list[str]:
     except FileNotFoundError:
         return []
     return [line for line in lines if line.split() and line.split()[0] not in hosts]
-
-
-def is_root() -> bool:
-    return os.geteuid() == 0

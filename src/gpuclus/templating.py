@@ -40,11 +40,6 @@ def to_yaml(value: Any, indent: int = 0) -> str:
     return text
 
 
-def to_yaml_scalar(value: Any) -> str:
-    """One scalar as YAML would write it inline (quoted when it must be)."""
-    return to_yaml(value)
-
-
 @cache
 def environment() -> jinja2.Environment:
     from gpuclus.resources import templates_dir
@@ -58,7 +53,8 @@ def environment() -> jinja2.Environment:
         autoescape=False,  # YAML and INI, never HTML
     )
     env.filters["to_yaml"] = to_yaml
-    env.filters["yaml_scalar"] = to_yaml_scalar
+    # A scalar dumps to one line, quoted when it must be: the same function.
+    env.filters["yaml_scalar"] = to_yaml
     return env
 
 

@@ -33,28 +33,32 @@ def handled(out: Output, extra: dict[str, Any] | None = None) -> Iterator[None]:
         raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
 
 
-def load_checked_spec(path: Path, out: Output, *, strict: bool = False) -> Any:
+def read_spec(path: Path) -> Any:
+    """Load a spec with all its findings; an unreadable file becomes a GpuclusError (exit 2 or 3)."""
+    from gpuclus.spec.document import SpecFileError
+    from gpuclus.spec.load import load_spec
+
+    try:
+        return load_spec(path)
+    except SpecFileError as problem:
+        code = ExitCode.USAGE if problem.usage else ExitCode.SPEC_INVALID
+        raise GpuclusError(str(problem), problem.hint, exit_code=code) from None
+
+
+def load_checked_spec(path: Path, out: Output) -> Any:
     """Load and check a spec for a command that needs a valid one.
 
     Prints warnings, and raises SpecInvalidError (exit 3) with every finding
     shown when the spec has errors. Returns the LoadedSpec.
     """
-    from gpuclus.spec.document import SpecFileError
-    from gpuclus.spec.load import load_spec
-
-    try:
-        loaded = load_spec(path)
-    except SpecFileError as problem:
-        code = ExitCode.USAGE if problem.usage else ExitCode.SPEC_INVALID
-        raise GpuclusError(str(problem), problem.hint, exit_code=code) from None
+    loaded = read_spec(path)
     counts = findings_summary(loaded.findings)
-    failing = counts["error"] > 0 or (strict and counts["warning"] > 0)
-    shown = [f for f in loaded.findings if f.level.value != "info"] if not failing else loaded.findings
+    failing = counts["error"] > 0
+    shown = loaded.findings if failing else [f for f in loaded.findings if f.level.value != "info"]
     out.findings(shown)
     if failing or not loaded.ok:
         raise SpecInvalidError(
-            f"{path}: spec has {plural(counts['error'], 'error')}"
-            + (f" and {plural(counts['warning'], 'warning')} (--strict)" if strict and counts["warning"] else ""),
+            f"{path}: spec has {plural(counts['error'], 'error')}",
             f"fix the lines above; `gpuclus spec check {path}` lists them again",
         )
     return loaded

@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from gpuclus.cli.common import DEFAULT_SPEC, JsonOption, handled
-from gpuclus.errors import ExitCode, GpuclusError, SpecInvalidError
+from gpuclus.cli.common import DEFAULT_SPEC, JsonOption, handled, read_spec
+from gpuclus.errors import ExitCode, SpecInvalidError
 from gpuclus.output import Output, findings_summary, plural
 
 app = typer.Typer(
@@ -30,16 +30,9 @@ def check(
     Exit 0 when the spec is valid (warnings allowed unless --strict), 3 when it
     has errors, 2 when the file cannot be read.
     """
-    from gpuclus.spec.document import SpecFileError
-    from gpuclus.spec.load import load_spec
-
     out = Output(json_mode=json_mode)
     with handled(out, {"file": str(spec)}):
-        try:
-            loaded = load_spec(spec)
-        except SpecFileError as problem:
-            code = ExitCode.USAGE if problem.usage else ExitCode.SPEC_INVALID
-            raise GpuclusError(str(problem), problem.hint, exit_code=code) from None
+        loaded = read_spec(spec)
         counts = findings_summary(loaded.findings)
         failed = counts["error"] > 0 or (strict and counts["warning"] > 0)
         topology = loaded.topology

@@ -11,7 +11,7 @@ from __future__ import annotations
 import queue
 import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,11 +80,3 @@ class DeployRun:
         # `command` holds the admin's whole environment.
         shutil.rmtree(self.artifacts / "job_events", ignore_errors=True)
         (self.artifacts / "command").unlink(missing_ok=True)
-
-
-def run_to_completion(config: RunConfig, on_event: Callable[[Event], None]) -> RunOutcome:
-    run = DeployRun(config)
-    for event in run.events():
-        on_event(event)
-    assert run.outcome is not None
-    return run.outcome
