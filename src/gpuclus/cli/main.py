@@ -20,6 +20,7 @@ from gpuclus.cli import preflight as preflight_cli
 from gpuclus.cli import render as render_cli
 from gpuclus.cli import sandbox as sandbox_cli
 from gpuclus.cli import spec as spec_cli
+from gpuclus.cli import validate as validate_cli
 from gpuclus.errors import ExitCode
 
 EPILOG = (
@@ -65,6 +66,7 @@ app.command("preflight", epilog=EPILOG)(preflight_cli.preflight)
 app.command("plan", epilog=EPILOG)(plan_cli.plan)
 app.command("deploy", epilog=EPILOG)(deploy_cli.deploy)
 app.add_typer(deploy_cli.runs_app, name="runs")
+app.command("validate", epilog=EPILOG)(validate_cli.validate)
 
 
 def main(argv: list[str] | None = None) -> int:

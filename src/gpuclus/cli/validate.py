@@ -1,0 +1,225 @@
+"""`gpuclus validate`: Slurm jobs on the deployed cluster, a verdict per check and per node."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from gpuclus.cli.common import DEFAULT_SPEC, JsonOption, handled, load_checked_spec
+from gpuclus.errors import UsageError
+from gpuclus.output import Output
+
+_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+_MARK = {"pass": "✓", "warn": "!", "fail": "✗", "skip": "-"}
+
+
+def validate(
+    spec: Annotated[Path, typer.Argument(help="Cluster spec (YAML).")] = DEFAULT_SPEC,
+    level: Annotated[
+        str,
+        typer.Option(
+            "--level",
+            help="quick (Slurm state, auth, launch, GRES, monitoring), standard (+ storage, GPU isolation, "
+            "containers, accounting) or full (+ GPU performance, NCCL, DDP).",
+        ),
+    ] = "standard",
+    only: Annotated[
+        str | None,
+        typer.Option("--only", help="Comma-separated check ids or stages (see --list); overrides --level."),
+    ] = None,
+    nodes: Annotated[
+        str | None,
+        typer.Option("--nodes", help="Check only these nodes, as a hostlist (e.g. 'gpu[01-04]')."),
+    ] = None,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", help="Also write the results as JUnit XML to this file.")
+    ] = None,
+    container_image: Annotated[
+        str, typer.Option("--container-image", help="Image the Pyxis check runs (a local .sqsh works offline).")
+    ] = "ubuntu:22.04",
+    list_checks: Annotated[bool, typer.Option("--list", help="List the checks and exit.")] = False,
+    json_mode: JsonOption = False,
+) -> None:
+    """Prove the deployed cluster works: run checks as Slurm jobs and report pass/fail per node, with numbers.
+
+    Connects to the controller over SSH (gpuclus' key and known_hosts) and runs
+    each check there: Slurm's state against the spec, munge and job launch on
+    every node, GRES devices, shared storage, GPUs (real ones only; fake GPUs
+    are SKIP), containers, accounting and Prometheus targets. Every job is
+    named gpuclus-validate-<id>, time-limited, and cancelled at the end, also
+    on Ctrl-C. docs/validate.md describes each check and how to repeat it by hand.
+
+    Exit 0 when no check failed (warnings and skips allowed), 1 when one
+    failed, 2 for bad options, 3 for an invalid spec, 4 when the controller
+    cannot be reached, 130 when interrupted.
+    """
+    from gpuclus.validate.model import Level
+    from gpuclus.validate.registry import all_checks, select
+
+    out = Output(json_mode=json_mode)
+    with handled(out):
+        try:
+            depth = Level.parse(level)
+        except KeyError:
+            raise UsageError(f"unknown level {level!r}", "use quick, standard or full") from None
+        checks = all_checks()
+        if list_checks:
+            _list(out, checks)
+            return
+        chosen = select(checks, depth, _split(only))
+        loaded = load_checked_spec(spec, out)
+        selected = _selected_nodes(loaded.topology, nodes)
+        report = _run(out, spec, loaded, chosen, depth, selected, container_image)
+        if junit is not None:
+            from gpuclus.validate.junit import write_junit
+
+            write_junit(report, junit)
+        if json_mode:
+            out.emit(report.as_dict())
+        else:
+            _print_report(out, report)
+            if junit is not None:
+                out.note(f"JUnit XML: {escape(str(junit))}")
+        if not report.ok:
+            raise typer.Exit(int(report.exit_code))
+
+
+def _split(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _selected_nodes(topology: Any, nodes: str | None) -> list[Any]:
+    if nodes is None:
+        return list(topology.nodes)
+    from gpuclus.spec import hostlist
+
+    try:
+        names = hostlist.expand_list(nodes)
+    except hostlist.HostlistError as problem:
+        raise UsageError(f"--nodes: {problem}", "write a hostlist like gpu[01-04],head") from None
+    known = topology.by_name()
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise UsageError(f"--nodes: not in the spec: {', '.join(unknown)}", "names as the spec expands them")
+    return [node for node in topology.nodes if node.name in names]
+
+
+def _run(out: Output, spec: Path, loaded: Any, checks: list[Any], depth: Any, selected: list[Any], image: str) -> Any:
+    from gpuclus.state import StateDir
+    from gpuclus.validate.context import Options
+    from gpuclus.validate.runner import connect_controller, run_checks
+
+    state = StateDir.beside(spec)
+    if not state.private_key.exists():
+        raise UsageError(
+            f"no gpuclus SSH key in {state.ssh_dir}", "deploy the cluster first: `gpuclus deploy` creates it"
+        )
+    remote = connect_controller(loaded.spec, loaded.topology, state.private_key, state.known_hosts)
+    try:
+        return run_checks(
+            remote,
+            loaded.spec,
+            loaded.topology,
+            checks,
+            level=depth,
+            selected=selected,
+            options=Options(container_image=image),
+            progress=None if out.json_mode else _progress_printer(out),
+        )
+    finally:
+        remote.close()
+
+
+def _progress_printer(out: Output) -> Any:
+    def show(check: Any, result: Any) -> None:
+        if result is None:
+            return
+        status = result.status.value
+        failed = f"  {', '.join(result.failed_nodes)}" if result.failed_nodes else ""
+        out.err.print(
+            f"  [{_STYLE[status]}]{_MARK[status]}[/] {escape(check.id):<22} {result.duration_s:5.1f} s"
+            f"[{_STYLE[status]}]{escape(failed)}[/]"
+        )
+
+    return show
+
+
+def _print_report(out: Output, report: Any) -> None:
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for column in ("stage", "check", "status", "nodes", "value", "expected", "time"):
+        table.add_column(column, justify="right" if column == "time" else "left")
+    stage_seen = set()
+    for result in report.results:
+        status = result.status.value
+        node_results = result.outcome.nodes
+        passed = sum(node.status.value in ("pass", "warn") for node in node_results)
+        value, expected = _figures(result)
+        table.add_row(
+            "" if result.stage in stage_seen else result.stage,
+            escape(result.id.split(".", 1)[1]),
+            f"[{_STYLE[status]}]{status.upper()}[/]",
+            f"{passed}/{len(node_results)}" if node_results else "",
+            escape(value),
+            escape(expected),
+            f"{result.duration_s:.1f}s",
+        )
+        stage_seen.add(result.stage)
+    out.out.print(table)
+    for result in report.results:
+        if result.status.value not in ("fail", "warn"):
+            continue
+        style = _STYLE[result.status.value]
+        out.out.print(f"[{style}]{result.status.value.upper()} {escape(result.id)}[/]: {escape(result.title)}")
+        if result.outcome.message:
+            out.out.print(f"  {escape(result.outcome.message)}")
+        for node in result.outcome.nodes:
+            if node.status.value in ("fail", "warn"):
+                out.out.print(f"  [{_STYLE[node.status.value]}]{escape(node.node)}[/]: {escape(node.message)}")
+        if result.outcome.hint:
+            out.out.print(f"  [dim]hint:[/] {escape(result.outcome.hint)}")
+    for result in report.results:
+        if result.status.value == "skip" and result.outcome.message:
+            out.out.print(f"[dim]SKIP {escape(result.id)}: {escape(result.outcome.message)}[/]")
+    counts = report.counts()
+    verdict = "[green]cluster OK[/]" if report.ok else "[bold red]cluster NOT OK[/]"
+    summary = ", ".join(f"{counts[name]} {name}" for name in ("pass", "warn", "fail", "skip") if counts[name])
+    out.out.print(f"{verdict}: {summary} ({report.level.label}, {report.duration_s:.1f} s, jobs {report.job_name})")
+
+
+def _figures(result: Any) -> tuple[str, str]:
+    """The value and expectation column: the check's own, or the spread over its nodes."""
+    outcome = result.outcome
+    unit = f" {outcome.unit}" if outcome.unit else ""
+    if outcome.value is not None:
+        return f"{outcome.value}{unit}", f"{outcome.expected or ''}{unit if outcome.expected else ''}"
+    numbers = [node.value for node in outcome.nodes if isinstance(node.value, int | float)]
+    if not numbers:
+        return "", ""
+    units = {node.unit for node in outcome.nodes if node.unit}
+    unit = f" {units.pop()}" if len(units) == 1 else ""
+    low, high = min(numbers), max(numbers)
+    spread = f"{_number(low)}" if low == high else f"{_number(low)}..{_number(high)}"
+    expectations = {node.expected for node in outcome.nodes if node.expected}
+    return spread + unit, (expectations.pop() + unit) if len(expectations) == 1 else ""
+
+
+def _number(value: float | int) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _list(out: Output, checks: list[Any]) -> None:
+    if out.json_mode:
+        out.emit({"checks": [{"id": c.id, "stage": c.stage, "level": c.level.label, "title": c.title} for c in checks]})
+        return
+    table = Table(box=None, pad_edge=False)
+    for column in ("id", "level", "what it proves"):
+        table.add_column(column)
+    for check in checks:
+        table.add_row(escape(check.id), check.level.label, escape(check.title))
+    out.out.print(table)

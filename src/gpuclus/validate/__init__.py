@@ -1,0 +1,1 @@
+"""gpuclus validate: staged Slurm checks of a deployed cluster with numeric thresholds."""

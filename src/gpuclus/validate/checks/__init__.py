@@ -1,0 +1,1 @@
+"""The checks, one module per stage; each module exports CHECKS in run order."""

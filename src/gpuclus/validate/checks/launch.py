@@ -1,0 +1,152 @@
+"""Stage "launch": munge authentication between nodes, jobs start everywhere, GRES devices exist, MPI."""
+
+from __future__ import annotations
+
+import re
+
+from gpuclus.spec import hostlist
+from gpuclus.spec.topology import Node
+from gpuclus.ssh.client import CommandResult
+from gpuclus.validate import slurm
+from gpuclus.validate.context import Context
+from gpuclus.validate.model import Level, NodeResult, Outcome, Status, skipped
+from gpuclus.validate.registry import Check
+from gpuclus.validate.remote import TIMED_OUT
+
+# A credential made on the controller, decoded on the node through SSH (not
+# Slurm: when munge is broken, Slurm cannot start the job that would test it).
+_UNMUNGE = "unmunge 2>&1 | head -n 1"
+
+
+def munge_decodes(ctx: Context) -> Outcome:
+    credential = ctx.run("munge -n", timeout=20)
+    if credential.exit_status != 0 or not credential.stdout.strip():
+        return Outcome(
+            status=Status.FAIL,
+            message=f"munge -n on {ctx.controller.name}: {slurm.first_error_line(credential.stderr, 'failed')}",
+            hint=f"on {ctx.controller.name}: `systemctl status munge`",
+        )
+    token = credential.stdout.strip()
+    nodes = [node for node in ctx.selected if node.name != ctx.controller.name]
+    answers = ctx.ssh_each(f"printf '%s\\n' {token!r} | {_UNMUNGE}", nodes)
+    results = []
+    for node in nodes:
+        answer = answers[node.name]
+        first = (answer.stdout.strip().splitlines() or [""])[0]
+        if answer.exit_status == 0 and "Success" in first:
+            results.append(NodeResult(node.name, Status.PASS, "credential from the controller decodes"))
+        else:
+            detail = first or slurm.first_error_line(answer.stderr, f"exit {answer.exit_status}")
+            results.append(NodeResult(node.name, Status.FAIL, detail))
+    return Outcome(
+        results,
+        hint="every node needs the controller's /etc/munge/munge.key (0400 munge) and a running munged: "
+        "`gpuclus deploy --only slurm` puts the key back; clocks must agree within a few minutes",
+    )
+
+
+def _hostname_command() -> str:
+    return 'echo "$SLURMD_NODENAME"'
+
+
+def srun_everywhere(ctx: Context) -> Outcome:
+    """One job over every compute node per partition; per-node jobs only to find who broke it."""
+    if not ctx.compute:
+        return skipped("no compute nodes selected")
+    results: dict[str, NodeResult] = {}
+    messages = []
+    for group in _partition_groups(ctx):
+        answer = ctx.srun(_hostname_command(), group, time_limit_s=60)
+        seen = set(answer.stdout.split())
+        if answer.exit_status == 0 and seen >= {node.name for node in group}:
+            for node in group:
+                results[node.name] = NodeResult(node.name, Status.PASS, f"srun -N{len(group)} reached it")
+            continue
+        messages.append(slurm.first_error_line(answer.stderr, f"srun exited {answer.exit_status}"))
+        # Who is at fault: a one-node job each, all at once.
+        single = ctx.srun_each(_hostname_command(), group, time_limit_s=60)
+        for node in group:
+            one = single[node.name]
+            if one.exit_status == 0 and node.name in one.stdout.split():
+                results[node.name] = NodeResult(node.name, Status.PASS, "a one-node job ran")
+            else:
+                results[node.name] = NodeResult(node.name, Status.FAIL, _launch_failure(one))
+    ctx.memo["launch_failed"] = {name for name, result in results.items() if result.status is Status.FAIL}
+    return Outcome(
+        [results[node.name] for node in ctx.compute if node.name in results],
+        message="; ".join(messages),
+        hint="on the failing node: `systemctl status slurmd munge` and /var/log/slurm/slurmd.log; "
+        "then `sudo scontrol update nodename=NODE state=resume` on the controller",
+    )
+
+
+def _launch_failure(result: CommandResult) -> str:
+    if result.exit_status == TIMED_OUT:
+        return "the job did not start or finish within its time limit (node unreachable or queue busy)"
+    return slurm.first_error_line(result.stderr, f"srun exited {result.exit_status}")
+
+
+def _partition_groups(ctx: Context) -> list[list[Node]]:
+    """The selected compute nodes split by partition, each node in the first partition that has it."""
+    groups: dict[str, list[Node]] = {}
+    for node in ctx.compute:
+        partition = ctx.partition_for([node]) or ""
+        groups.setdefault(partition, []).append(node)
+    return list(groups.values())
+
+
+# `slurmd -G` prints the GRES the node's slurmd would register, gres.conf
+# merged in (on stderr, as log lines); every File= it names must be a
+# character device on the node.
+_GRES_PROBE = (
+    "PATH=$PATH:/usr/sbin slurmd -G 2>&1 | grep 'Gres Name=gpu'; echo '--devices--'; "
+    'for f in /dev/nvidia[0-9]*; do [ -c "$f" ] && echo "$f"; done; true'
+)
+_FILE_FIELD = re.compile(r"\bFile=(\S+)")
+
+
+def gres_devices_exist(ctx: Context) -> Outcome:
+    nodes = ctx.gpu_nodes
+    if not nodes:
+        return skipped("no GPU nodes selected")
+    answers = ctx.srun_each(_GRES_PROBE, nodes, time_limit_s=60)
+    results = []
+    for node in nodes:
+        answer = answers[node.name]
+        if answer.exit_status != 0:
+            results.append(NodeResult(node.name, Status.FAIL, "probe job failed: " + _launch_failure(answer)))
+            continue
+        claimed, present = parse_gres_probe(answer.stdout)
+        absent = [device for device in claimed if device not in present]
+        if absent:
+            message = f"gres.conf lists {', '.join(absent)}, not present on the node"
+            results.append(NodeResult(node.name, Status.FAIL, message, len(claimed), f"<= {len(present)}", "devices"))
+        elif len(claimed) != node.gpu_count:
+            message = f"slurmd sees {len(claimed)} GPU device(s), the spec says {node.gpu_count}"
+            results.append(NodeResult(node.name, Status.FAIL, message, len(claimed), str(node.gpu_count), "devices"))
+        else:
+            message = f"{len(claimed)} device(s), all present"
+            results.append(NodeResult(node.name, Status.PASS, message, len(claimed), str(node.gpu_count), "devices"))
+    return Outcome(
+        results,
+        hint="gres.conf must list only devices the node has: `gpuclus deploy --only slurm` renders it from the "
+        "spec; correct gpus.count in the spec if the node really has fewer GPUs",
+    )
+
+
+def parse_gres_probe(text: str) -> tuple[list[str], set[str]]:
+    """(device files slurmd's GRES config names, device files present) from _GRES_PROBE's output."""
+    config, _, devices = text.partition("--devices--")
+    claimed: list[str] = []
+    for match in _FILE_FIELD.finditer(config):
+        for device in hostlist.expand_list(match.group(1)):
+            if device not in claimed:
+                claimed.append(device)
+    return claimed, {line.strip() for line in devices.splitlines() if line.strip()}
+
+
+CHECKS = [
+    Check("launch.munge", Level.QUICK, "munge credentials decode on every node", munge_decodes, needs_slurm=False),
+    Check("launch.srun", Level.QUICK, "srun -N<all> hostname reaches every compute node", srun_everywhere),
+    Check("launch.gres-devices", Level.QUICK, "GRES device files exist on GPU nodes", gres_devices_exist),
+]

@@ -1,0 +1,84 @@
+"""Stage "monitoring": every Prometheus target is up, by Prometheus' word and by a scrape of our own."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from gpuclus.validate.context import Context
+from gpuclus.validate.model import Level, NodeResult, Outcome, Status, skipped, worst
+from gpuclus.validate.registry import Check
+
+PROMETHEUS_PORT = 9090
+# Prometheus keeps a target "up" until its next scrape fails (15 s by
+# default); scraping each target ourselves as well reports a stopped exporter
+# at once instead of one interval later.
+_SCRAPE = "curl -fsS --max-time 5 -o /dev/null -w '%{{http_code}}' {url}"
+
+
+def targets_up(ctx: Context) -> Outcome:
+    if not ctx.spec.monitoring.prometheus:
+        return skipped("Prometheus is off in the spec (monitoring.prometheus: false)")
+    server = ctx.topology.monitoring_server
+    if server is None:
+        return skipped("no monitoring node in the spec")
+    api = f"http://{server.address}:{PROMETHEUS_PORT}/api/v1/targets?state=active"
+    answer = ctx.run(f"curl -fsS --max-time 10 {shlex.quote(api)}", timeout=30)
+    try:
+        targets = json.loads(answer.stdout)["data"]["activeTargets"]
+    except (ValueError, KeyError, TypeError):
+        return Outcome(
+            status=Status.FAIL,
+            message=f"Prometheus API at {api} did not answer: {answer.stderr.strip()[-200:] or 'no JSON'}",
+            hint=f"on {server.name}: `systemctl status prometheus`; `gpuclus deploy --only monitoring`",
+        )
+    scrapes = ctx.remote.run_many(
+        {_key(target): _SCRAPE.format(url=shlex.quote(target.get("scrapeUrl", ""))) for target in targets},
+        timeout=30,
+    )
+    selected = {node.name for node in ctx.selected}
+    by_instance: dict[str, list[tuple[str, Status, str]]] = {}
+    for target in sorted(targets, key=_key):
+        instance = target.get("labels", {}).get("instance", "?")
+        if instance in ctx.topology.by_name() and instance not in selected:
+            continue
+        by_instance.setdefault(instance, []).append(_judge(target, scrapes[_key(target)].stdout.strip()))
+    results = []
+    for instance, judged in by_instance.items():
+        status = worst([status for _job, status, _text in judged])
+        message = "; ".join(f"{job}: {text}" for job, _status, text in judged)
+        results.append(NodeResult(instance, status, message, "up" if status is Status.PASS else "down", "up"))
+    results += [
+        NodeResult(node.name, Status.FAIL, "Prometheus has no node-exporter target for it", "absent", "up")
+        for node in ctx.selected
+        if not any(job == "node" for job, _status, _text in by_instance.get(node.name, []))
+    ]
+    return Outcome(
+        results,
+        message=f"{len(targets)} target(s) on {server.name}",
+        hint="on the named node: `systemctl status prometheus-node-exporter` (port 9100); "
+        "`gpuclus deploy --only monitoring` starts it again",
+    )
+
+
+def _key(target: dict[str, Any]) -> str:
+    labels = target.get("labels", {})
+    return f"{labels.get('instance', '?')} ({labels.get('job', '?')})"
+
+
+def _judge(target: dict[str, Any], scrape_code: str) -> tuple[str, Status, str]:
+    job = target.get("labels", {}).get("job", "?")
+    health = target.get("health", "unknown")
+    url = target.get("scrapeUrl", "")
+    if health != "up":
+        error = f" ({target['lastError']})" if target.get("lastError") else ""
+        return job, Status.FAIL, f"{url}: Prometheus says {health}{error}"
+    if scrape_code != "200":
+        return job, Status.FAIL, f"{url}: scraping it now gives {scrape_code or 'no answer'}"
+    return job, Status.PASS, "up"
+
+
+CHECKS = [
+    Check("monitoring.targets", Level.QUICK, "every Prometheus target is up", targets_up, needs_slurm=False),
+]

@@ -1,0 +1,133 @@
+"""What a check gets: the spec's view of the cluster, the controller session, Slurm helpers.
+
+Checks never build srun lines themselves: ``Context.srun`` and
+``Context.srun_each`` give every job the run's job name and two time bounds,
+so nothing validate starts can outlive it (see ``Validation.cleanup``).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuclus.spec.models import ClusterSpec, Role
+from gpuclus.spec.topology import Node, SlurmPartition, Topology, slurm_partitions
+from gpuclus.ssh.client import CommandResult
+from gpuclus.validate import slurm
+from gpuclus.validate.remote import Remote
+
+
+@dataclass(frozen=True)
+class Options:
+    """Run-wide settings from the command line."""
+
+    # What the Pyxis check runs; a local squashfs path works on offline clusters.
+    container_image: str = "ubuntu:22.04"
+
+
+@dataclass
+class Context:
+    spec: ClusterSpec
+    topology: Topology
+    remote: Remote
+    job_name: str
+    selected: list[Node]  # the nodes --nodes asked for (all by default), in spec order
+    options: Options = field(default_factory=Options)
+    # Filled by checks for later ones (the scontrol view, the launch results).
+    memo: dict[str, Any] = field(default_factory=dict)
+    # Jobs of this run that ended well: the accounting check expects them in sacct.
+    jobs_succeeded: int = 0
+
+    # --- the cluster as the spec describes it ------------------------------
+    @property
+    def controller(self) -> Node:
+        controller = self.topology.controller
+        assert controller is not None  # a checked spec has exactly one
+        return controller
+
+    @property
+    def compute(self) -> list[Node]:
+        """Selected nodes that run Slurm jobs."""
+        return [node for node in self.selected if node.has(Role.COMPUTE)]
+
+    @property
+    def gpu_nodes(self) -> list[Node]:
+        return [node for node in self.compute if node.gpus is not None]
+
+    @property
+    def partitions(self) -> list[SlurmPartition]:
+        return slurm_partitions(self.spec, self.topology)
+
+    def partition_for(self, nodes: list[Node]) -> str | None:
+        """A partition holding all ``nodes`` (the default one first), or None."""
+        names = {node.name for node in nodes}
+        ordered = sorted(self.partitions, key=lambda partition: not partition.default)
+        for partition in ordered:
+            if names <= set(partition.nodes):
+                return partition.name
+        return None
+
+    # --- commands ---------------------------------------------------------------
+    def run(self, command: str, timeout: float = 60.0) -> CommandResult:
+        return self.remote.run(command, timeout)
+
+    def slurm_nodes(self, refresh: bool = False) -> dict[str, dict[str, str]]:
+        """`scontrol show node` parsed, once per run unless ``refresh``."""
+        if refresh or "scontrol_nodes" not in self.memo:
+            result = self.run("scontrol --oneliner show node", timeout=30)
+            self.memo["scontrol_nodes"] = slurm.parse_nodes(result.stdout) if result.exit_status == 0 else {}
+        nodes: dict[str, dict[str, str]] = self.memo["scontrol_nodes"]
+        return nodes
+
+    def srun(self, command: str, nodes: list[Node], *, time_limit_s: int = 60, **options: Any) -> CommandResult:
+        """One job over ``nodes`` (one task per node unless options say otherwise)."""
+        line = slurm.srun_command(
+            command,
+            job_name=self.job_name,
+            time_limit_s=time_limit_s,
+            nodes=[node.name for node in nodes],
+            partition=self.partition_for(nodes),
+            **options,
+        )
+        result = self.run(line, timeout=time_limit_s + 60)
+        self.jobs_succeeded += result.exit_status == 0
+        return result
+
+    def srun_each(
+        self,
+        command: str | Callable[[Node], str],
+        nodes: list[Node],
+        *,
+        time_limit_s: int = 60,
+        options: Callable[[Node], dict[str, Any]] | None = None,
+    ) -> dict[str, CommandResult]:
+        """One single-node job per node, all at once: a dead node cannot hide the others' answers."""
+        lines = {}
+        for node in nodes:
+            text = command(node) if callable(command) else command
+            lines[node.name] = slurm.srun_command(
+                text,
+                job_name=self.job_name,
+                time_limit_s=time_limit_s,
+                nodes=[node.name],
+                partition=self.partition_for([node]),
+                **(options(node) if options else {}),
+            )
+        results = self.remote.run_many(lines, timeout=time_limit_s + 60)
+        self.jobs_succeeded += sum(result.exit_status == 0 for result in results.values())
+        return results
+
+    def ssh_each(self, command: str, nodes: list[Node], timeout: float = 30.0) -> dict[str, CommandResult]:
+        """Run ``command`` on each node through the controller's SSH trust (for what must not need Slurm)."""
+        lines = {}
+        for node in nodes:
+            if node.name == self.controller.name:
+                lines[node.name] = command
+            else:
+                lines[node.name] = (
+                    "ssh -o BatchMode=yes -o ConnectTimeout=10 -o StrictHostKeyChecking=yes "
+                    f"{shlex.quote(node.name)} {shlex.quote(command)}"
+                )
+        return self.remote.run_many(lines, timeout=timeout)

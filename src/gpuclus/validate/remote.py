@@ -1,0 +1,73 @@
+"""The SSH session to the controller that every check runs its commands through.
+
+One paramiko connection; commands run as separate channels on it, several at
+once when a check asks for per-node answers. Every command has a deadline
+here (a channel that outlives it is closed and reported as timed out) on top
+of the `timeout` the Slurm helpers wrap around srun.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from gpuclus.ssh.client import CommandResult
+
+TIMED_OUT = 124  # what coreutils' timeout returns; a command cut off here reports the same
+# OpenSSH's default MaxSessions is 10 channels per connection; stay under it.
+MAX_PARALLEL_CHANNELS = 8
+
+
+class Remote:
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def run(self, command: str, timeout: float = 60.0) -> CommandResult:
+        """Run a shell command on the controller; never blocks past ``timeout`` seconds."""
+        transport = self._client.get_transport()
+        channel = transport.open_session(timeout=timeout)
+        try:
+            channel.exec_command(command)
+            return _collect(channel, time.monotonic() + timeout)
+        finally:
+            channel.close()
+
+    def run_many(self, commands: Mapping[str, str], timeout: float = 60.0) -> dict[str, CommandResult]:
+        """Run several commands at once (one channel each); results keyed like ``commands``."""
+        if not commands:
+            return {}
+        pool = ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_CHANNELS, len(commands)))
+        try:
+            futures = {key: pool.submit(self.run, command, timeout) for key, command in commands.items()}
+            return {key: future.result() for key, future in futures.items()}
+        finally:
+            # On Ctrl-C do not wait for the remote commands: the run's clean-up
+            # cancels their jobs, and closing the connection ends the channels.
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _collect(channel: Any, deadline: float) -> CommandResult:
+    stdout, stderr = bytearray(), bytearray()
+    while True:
+        progressed = False
+        while channel.recv_ready():
+            stdout += channel.recv(65536)
+            progressed = True
+        while channel.recv_stderr_ready():
+            stderr += channel.recv_stderr(65536)
+            progressed = True
+        if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
+            status = channel.recv_exit_status()
+            break
+        if time.monotonic() > deadline:
+            status = TIMED_OUT
+            stderr += b"\n(gpuclus: the command did not finish in time and was cut off)"
+            break
+        if not progressed:
+            time.sleep(0.02)
+    return CommandResult(status, stdout.decode(errors="replace"), stderr.decode(errors="replace"))

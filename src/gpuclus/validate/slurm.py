@@ -1,0 +1,176 @@
+"""Slurm command lines and parsers for validate: pure functions, tested on recorded output.
+
+Every job validate starts carries one job name (``gpuclus-validate-<id>``):
+that is how the accounting check finds them in sacct and how the clean-up at
+the end (or on Ctrl-C) cancels whatever is still queued or running.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+# Slack between Slurm's own time limit and the `timeout` around srun, so that
+# Slurm normally ends an overdue job and timeout only catches a stuck srun.
+_TIMEOUT_SLACK_S = 30
+
+
+def srun_command(
+    command: str,
+    *,
+    job_name: str,
+    time_limit_s: int,
+    nodes: list[str] | None = None,
+    partition: str | None = None,
+    ntasks_per_node: int = 1,
+    gres: str | None = None,
+    gpus_per_node: int | None = None,
+    extra: tuple[str, ...] = (),
+) -> str:
+    """An srun line bounded twice: Slurm's --time and a `timeout` around srun itself.
+
+    ``command`` is a shell command run by ``sh -c`` in every task.
+    """
+    words = ["srun", f"--job-name={job_name}", f"--time={_minutes(time_limit_s)}"]
+    if partition:
+        words.append(f"--partition={partition}")
+    if nodes:
+        words += [f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}"]
+    words.append(f"--ntasks-per-node={ntasks_per_node}")
+    if gres:
+        words.append(f"--gres={gres}")
+    if gpus_per_node is not None:
+        words.append(f"--gpus-per-node={gpus_per_node}")
+    # Without --kill-on-bad-exit one failed task leaves the others running
+    # until the time limit; a launch failure must end the step at once.
+    words += ["--kill-on-bad-exit=1", "--quit-on-interrupt", *extra, "sh", "-c", command]
+    bounded = ["timeout", "--kill-after=10", str(time_limit_s + _TIMEOUT_SLACK_S)]
+    return shlex.join(bounded + words)
+
+
+def _minutes(seconds: int) -> int:
+    return max(1, -(-seconds // 60))
+
+
+def cancel_command(job_name: str) -> str:
+    """Cancel every job of this validate run that is still pending or running (ours only)."""
+    return f'scancel --name={shlex.quote(job_name)} --user="$(id -un)" 2>/dev/null; true'
+
+
+# --- scontrol show node -o -------------------------------------------------
+
+# A key starts a line or follows a space; values may hold spaces (Reason=, OS=)
+# and `=` after a comma (CfgTRES=cpu=2,mem=1G), so split only on " Key=".
+_KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_/:.]*)=")
+
+
+def parse_key_values(line: str) -> dict[str, str]:
+    matches = list(_KEY.finditer(line))
+    fields: dict[str, str] = {}
+    for index, match in enumerate(matches):
+        end = matches[index + 1].start() if index + 1 < len(matches) else len(line)
+        fields[match.group(1)] = line[match.end() : end].strip()
+    return fields
+
+
+def parse_nodes(text: str) -> dict[str, dict[str, str]]:
+    """`scontrol show node -o` → {NodeName: {key: value}}."""
+    nodes: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        fields = parse_key_values(line.strip())
+        if "NodeName" in fields:
+            nodes[fields["NodeName"]] = fields
+    return nodes
+
+
+GOOD_BASE_STATES = frozenset({"IDLE", "MIXED", "ALLOCATED", "COMPLETING"})
+BAD_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED", "FAIL", "FAILING", "NOT_RESPONDING", "MAINT", "INVALID_REG"})
+
+
+@dataclass(frozen=True)
+class NodeState:
+    base: str
+    flags: frozenset[str]
+
+    @classmethod
+    def parse(cls, text: str) -> NodeState:
+        parts = [part for part in text.strip().upper().split("+") if part]
+        base = parts[0].rstrip("*~#!%$@^-") if parts else "UNKNOWN"
+        return cls(base, frozenset(parts[1:]))
+
+    @property
+    def usable(self) -> bool:
+        return self.base in GOOD_BASE_STATES and not (self.flags & BAD_FLAGS)
+
+    def __str__(self) -> str:
+        return "+".join([self.base, *sorted(self.flags)]).lower()
+
+
+def parse_gres(text: str) -> dict[str, int]:
+    """Slurm's Gres field → {"gpu": 2} or {"gpu:h100": 8}; "(null)" → {}.
+
+    Handles `gpu:2`, `gpu:h100:8(S:0-1)` and comma-separated lists.
+    """
+    counts: dict[str, int] = {}
+    if not text or text.strip() in ("(null)", "N/A"):
+        return counts
+    for item in re.split(r",(?![^(]*\))", text):
+        item = re.sub(r"\(.*\)$", "", item.strip())
+        parts = item.split(":")
+        if len(parts) >= 2 and parts[-1].isdigit():
+            counts[":".join(parts[:-1])] = int(parts[-1])
+        elif parts and parts[0]:
+            counts[":".join(parts)] = 1
+    return counts
+
+
+def gres_gpu_total(gres: dict[str, int]) -> int:
+    return sum(count for name, count in gres.items() if name == "gpu" or name.startswith("gpu:"))
+
+
+# --- sinfo -----------------------------------------------------------------
+
+SINFO_PARTITIONS = "sinfo --noheader --format='%R|%a|%D|%N'"
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    name: str
+    available: str
+    node_count: int
+    nodes: str
+
+
+def parse_partitions(text: str) -> dict[str, PartitionInfo]:
+    partitions: dict[str, PartitionInfo] = {}
+    for line in text.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) != 4:
+            continue
+        name, available, count, nodes = fields
+        partitions[name] = PartitionInfo(name, available, int(count) if count.isdigit() else 0, nodes)
+    return partitions
+
+
+# --- srun output -------------------------------------------------------------
+
+
+def nodes_named_in_errors(stderr: str, candidates: list[str]) -> list[str]:
+    """Which of ``candidates`` srun's error text blames (exact names only)."""
+    named: list[str] = []
+    for line in stderr.splitlines():
+        if "error" not in line.lower():
+            continue
+        for candidate in candidates:
+            if re.search(rf"(?<![A-Za-z0-9-]){re.escape(candidate)}(?![A-Za-z0-9-])", line) and candidate not in named:
+                named.append(candidate)
+    return named
+
+
+def first_error_line(stderr: str, default: str = "") -> str:
+    for line in stderr.splitlines():
+        if "error" in line.lower() or "fatal" in line.lower():
+            return line.strip()
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return lines[-1] if lines else default
