@@ -1,0 +1,169 @@
+"""gpuclus NCCL probe: all-reduce bus bandwidth with torch.distributed, and whether the sums are right.
+
+Run one process per GPU under srun (the rendezvous comes from Slurm's
+variables: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_JOB_ID and the
+job's node list; MASTER_ADDR/MASTER_PORT override them).
+
+Rank 0 prints one line ``GPUCLUS_PROBE {json}``: {"probe": "nccl", "ranks": n,
+"busbw_gbs": ..., "algbw_gbs": ..., "wrong": 0, ...}; busbw = algbw x 2(n-1)/n
+as nccl-tests computes it. A rank that fails prints {"error": ..., "rank": r}.
+Exit 0 whatever the bandwidth; 1 only when the probe itself broke.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import json
+import os
+import re
+import socket
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+MARKER = "GPUCLUS_PROBE"
+# Ports 20000-39999, one per job: two probes at once on one node do not collide.
+PORT_BASE = 20000
+PORT_SPAN = 20000
+# Values each element of the check tensor cycles through (see expected_sum).
+PATTERN_PERIOD = 7
+
+
+def emit(payload: dict[str, Any]) -> None:
+    print(f"{MARKER} {json.dumps(payload, sort_keys=True)}", flush=True)
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm hostlist: 'gpu[01-04,07],login1' → 'gpu01'."""
+    text = nodelist.strip()
+    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?([^,]*)", text)
+    if not match:
+        return text
+    prefix, ranges, suffix = match.group(1), match.group(2), match.group(3)
+    if ranges is None:
+        return prefix + suffix
+    first = ranges.split(",")[0].split("-")[0]
+    return prefix + first + suffix
+
+
+def rendezvous(env: Mapping[str, str]) -> dict[str, Any]:
+    """rank, world, local rank, master address and port from Slurm's (or torchrun's) variables."""
+    rank = int(env.get("RANK", env.get("SLURM_PROCID", "0")))
+    world = int(env.get("WORLD_SIZE", env.get("SLURM_NTASKS", "1")))
+    local = int(env.get("LOCAL_RANK", env.get("SLURM_LOCALID", "0")))
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""
+    address = env.get("MASTER_ADDR") or (first_host(nodelist) if nodelist else "127.0.0.1")
+    if env.get("MASTER_PORT"):
+        port = int(env["MASTER_PORT"])
+    else:
+        port = PORT_BASE + int(env.get("SLURM_JOB_ID", "0")) % PORT_SPAN
+    return {"rank": rank, "world": world, "local": local, "address": address, "port": port}
+
+
+def bus_bandwidth(algbw: float, ranks: int) -> float:
+    """nccl-tests' all-reduce bus bandwidth: algbw x 2(n-1)/n."""
+    return algbw * 2 * (ranks - 1) / ranks if ranks > 0 else 0.0
+
+
+def expected_sum(world: int, position: int) -> float:
+    """What element ``position`` holds after the all-reduce of rank r's (r + 1 + position % 7)."""
+    return world * (world + 1) / 2 + world * (position % PATTERN_PERIOD)
+
+
+def load_torch() -> tuple[Any, str | None]:
+    try:
+        torch = importlib.import_module("torch")
+    except ImportError:
+        return None, "no-torch"
+    if getattr(torch.version, "cuda", None) is None:
+        return torch, "no-torch-cuda"
+    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+        return torch, "cuda-unavailable"
+    return torch, None
+
+
+def measure(torch: Any, where: dict[str, Any], mib: int, warmup: int, iterations: int) -> dict[str, Any]:
+    dist = importlib.import_module("torch.distributed")
+    rank, world = where["rank"], where["world"]
+    device = torch.device("cuda", where["local"] % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    dist.init_process_group(
+        "nccl",
+        init_method=f"tcp://{where['address']}:{where['port']}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=120),
+    )
+    count = mib * 2**20 // 4
+    data = torch.zeros(count, device=device, dtype=torch.float32)
+    for _ in range(warmup):
+        dist.all_reduce(data)
+    torch.cuda.synchronize()
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        dist.all_reduce(data)
+    torch.cuda.synchronize()
+    elapsed = torch.tensor([time.perf_counter() - start], device=device, dtype=torch.float64)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
+    seconds = float(elapsed.item()) / iterations
+    # Correctness: a pattern with a known sum, on the full-size buffer (every channel carries part of it).
+    positions = torch.arange(count, device=device, dtype=torch.int64) % PATTERN_PERIOD
+    check = positions.to(torch.float32) + (rank + 1)
+    dist.all_reduce(check)
+    expected = positions.to(torch.float32) * world + world * (world + 1) / 2
+    wrong = (check != expected).sum().to(torch.int64).reshape(1)
+    dist.all_reduce(wrong)
+    algbw = count * 4 / seconds / 1e9
+    result = {
+        "probe": "nccl",
+        "tool": "torch",
+        "ranks": world,
+        "nodes": int(os.environ.get("SLURM_NNODES", "1")),
+        "bytes": count * 4,
+        "time_us": round(seconds * 1e6, 1),
+        "algbw_gbs": round(algbw, 3),
+        "busbw_gbs": round(bus_bandwidth(algbw, world), 3),
+        "wrong": int(wrong.item()),
+        "torch": str(torch.__version__),
+        "nccl": ".".join(str(part) for part in _nccl_version(torch)),
+        "host": socket.gethostname(),
+    }
+    dist.destroy_process_group()
+    return result
+
+
+def _nccl_version(torch: Any) -> tuple[int, ...]:
+    try:
+        version = torch.cuda.nccl.version()
+    except Exception:
+        return ()
+    return tuple(int(part) for part in version) if isinstance(version, tuple) else (int(version),)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="nccl_probe")
+    parser.add_argument("--mib", type=int, default=256, help="all-reduce size in MiB")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--iterations", type=int, default=20)
+    args = parser.parse_args(argv)
+    where = rendezvous(os.environ)
+    torch, error = load_torch()
+    if error:
+        emit({"probe": "nccl", "error": error, "rank": where["rank"]})
+        return 0
+    try:
+        result = measure(torch, where, args.mib, args.warmup, args.iterations)
+    except Exception as exc:
+        emit({"probe": "nccl", "error": f"{type(exc).__name__}: {exc}"[:400], "rank": where["rank"]})
+        return 1
+    if where["rank"] == 0:
+        emit(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
