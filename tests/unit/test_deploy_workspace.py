@@ -183,6 +183,8 @@ def test_runner_kwargs(state: StateDir, rendered: dict[str, str]) -> None:
     assert kwargs["ident"] == RUN_ID
     assert kwargs["quiet"] is True
     assert kwargs["suppress_env_files"] is True
+    # runner must leave the fact cache of envvars (.gpuclus/facts) alone.
+    assert kwargs["fact_cache_type"] != "jsonfile"
     assert kwargs["verbosity"] is None
     assert kwargs["extravars"] == config.extravars
     assert kwargs["envvars"] == config.envvars

@@ -61,6 +61,10 @@ class RunConfig:
             "quiet": True,
             # Nothing of the run's environment is written to env/ files.
             "suppress_env_files": True,
+            # Not "jsonfile": runner would then point Ansible's fact cache at this
+            # run's artifacts (empty every run) over ANSIBLE_CACHE_PLUGIN_CONNECTION
+            # in envvars. The shared .gpuclus/facts cache lets a re-run skip gathering.
+            "fact_cache_type": "gpuclus",
             "verbosity": self.verbosity or None,
         }
         if self.limit:
