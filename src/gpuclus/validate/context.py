@@ -16,6 +16,7 @@ from gpuclus.spec.models import ClusterSpec, Role
 from gpuclus.spec.topology import Node, SlurmPartition, Topology, slurm_partitions
 from gpuclus.ssh.client import CommandResult
 from gpuclus.validate import slurm
+from gpuclus.validate.model import NodeResult, Status
 from gpuclus.validate.remote import Remote
 
 
@@ -25,6 +26,8 @@ class Options:
 
     # What the Pyxis check runs; a local squashfs path works on offline clusters.
     container_image: str = "ubuntu:22.04"
+    # How long a job may wait for its nodes before it counts as failed.
+    queue_wait_s: int = 30
 
 
 @dataclass
@@ -89,9 +92,10 @@ class Context:
             time_limit_s=time_limit_s,
             nodes=[node.name for node in nodes],
             partition=self.partition_for(nodes),
+            queue_wait_s=self.options.queue_wait_s,
             **options,
         )
-        result = self.run(line, timeout=time_limit_s + 60)
+        result = self.run(line, timeout=time_limit_s + self.options.queue_wait_s + 60)
         self.jobs_succeeded += result.exit_status == 0
         return result
 
@@ -113,11 +117,27 @@ class Context:
                 time_limit_s=time_limit_s,
                 nodes=[node.name],
                 partition=self.partition_for([node]),
+                queue_wait_s=self.options.queue_wait_s,
                 **(options(node) if options else {}),
             )
-        results = self.remote.run_many(lines, timeout=time_limit_s + 60)
+        results = self.remote.run_many(lines, timeout=time_limit_s + self.options.queue_wait_s + 60)
         self.jobs_succeeded += sum(result.exit_status == 0 for result in results.values())
         return results
+
+    def launchable(self, nodes: list[Node]) -> tuple[list[Node], list[NodeResult]]:
+        """Split ``nodes`` into those a job can start on and SKIP results for those launch.srun found dead.
+
+        Later checks then blame the node once, in launch.srun, instead of
+        waiting out a queue for it in every check.
+        """
+        failed: set[str] = self.memo.get("launch_failed", set())
+        usable = [node for node in nodes if node.name not in failed]
+        skips = [
+            NodeResult(node.name, Status.SKIP, "no job can start there (see launch.srun)")
+            for node in nodes
+            if node.name in failed
+        ]
+        return usable, skips
 
     def ssh_each(self, command: str, nodes: list[Node], timeout: float = 30.0) -> dict[str, CommandResult]:
         """Run ``command`` on each node through the controller's SSH trust (for what must not need Slurm)."""

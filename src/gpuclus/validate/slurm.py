@@ -26,6 +26,7 @@ def srun_command(
     ntasks_per_node: int = 1,
     gres: str | None = None,
     gpus_per_node: int | None = None,
+    queue_wait_s: int | None = None,
     extra: tuple[str, ...] = (),
 ) -> str:
     """An srun line bounded twice: Slurm's --time and a `timeout` around srun itself.
@@ -37,6 +38,10 @@ def srun_command(
         words.append(f"--partition={partition}")
     if nodes:
         words += [f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}"]
+    if queue_wait_s is not None:
+        # A node that is busy, completing a stuck job or not responding would
+        # otherwise keep the job pending until the time limit.
+        words.append(f"--immediate={queue_wait_s}")
     words.append(f"--ntasks-per-node={ntasks_per_node}")
     if gres:
         words.append(f"--gres={gres}")
@@ -45,7 +50,7 @@ def srun_command(
     # Without --kill-on-bad-exit one failed task leaves the others running
     # until the time limit; a launch failure must end the step at once.
     words += ["--kill-on-bad-exit=1", "--quit-on-interrupt", *extra, "sh", "-c", command]
-    bounded = ["timeout", "--kill-after=10", str(time_limit_s + _TIMEOUT_SLACK_S)]
+    bounded = ["timeout", "--kill-after=10", str(time_limit_s + (queue_wait_s or 0) + _TIMEOUT_SLACK_S)]
     return shlex.join(bounded + words)
 
 

@@ -17,10 +17,11 @@ WAIT_FOR_ROWS_S = 45.0
 def jobs_in_sacct(ctx: Context) -> Outcome:
     if not ctx.spec.slurm.accounting:
         return skipped("accounting is off in the spec (slurm.accounting: false)")
-    if not ctx.compute:
-        return skipped("no compute nodes selected")
+    usable, _dead = ctx.launchable(ctx.compute)
+    if not usable:
+        return skipped("no compute node can start a job (see launch.srun)")
     # A job of its own, so the check means the same with --only accounting.
-    own = ctx.srun("true", ctx.compute[:1], time_limit_s=60)
+    own = ctx.srun("true", usable[:1], time_limit_s=60)
     if own.exit_status != 0:
         return Outcome(status=Status.FAIL, message=f"could not run a job: {own.stderr.strip()[-200:]}")
     expected = ctx.jobs_succeeded

@@ -63,9 +63,20 @@ def srun_everywhere(ctx: Context) -> Outcome:
                 results[node.name] = NodeResult(node.name, Status.PASS, f"srun -N{len(group)} reached it")
             continue
         messages.append(slurm.first_error_line(answer.stderr, f"srun exited {answer.exit_status}"))
-        # Who is at fault: a one-node job each, all at once.
-        single = ctx.srun_each(_hostname_command(), group, time_limit_s=60)
+        # Who is at fault: nodes Slurm now reports unusable (a failed launch
+        # marks them), then a one-node job on each of the others, all at once.
+        states = ctx.slurm_nodes(refresh=True)
+        candidates = []
         for node in group:
+            state = slurm.NodeState.parse(states.get(node.name, {}).get("State", "UNKNOWN"))
+            if state.usable:
+                candidates.append(node)
+            else:
+                reason = states.get(node.name, {}).get("Reason", "")
+                detail = f"Slurm reports it {state}" + (f" ({reason})" if reason and reason != "(null)" else "")
+                results[node.name] = NodeResult(node.name, Status.FAIL, detail, str(state), "a job runs")
+        single = ctx.srun_each(_hostname_command(), candidates, time_limit_s=60)
+        for node in candidates:
             one = single[node.name]
             if one.exit_status == 0 and node.name in one.stdout.split():
                 results[node.name] = NodeResult(node.name, Status.PASS, "a one-node job ran")
@@ -106,11 +117,10 @@ _FILE_FIELD = re.compile(r"\bFile=(\S+)")
 
 
 def gres_devices_exist(ctx: Context) -> Outcome:
-    nodes = ctx.gpu_nodes
-    if not nodes:
+    if not ctx.gpu_nodes:
         return skipped("no GPU nodes selected")
+    nodes, results = ctx.launchable(ctx.gpu_nodes)
     answers = ctx.srun_each(_GRES_PROBE, nodes, time_limit_s=60)
-    results = []
     for node in nodes:
         answer = answers[node.name]
         if answer.exit_status != 0:

@@ -80,10 +80,10 @@ def shared_file_visible(ctx: Context) -> Outcome:
 
 
 def _read_everywhere(ctx: Context, readers: list[Node], script: str) -> dict[str, CommandResult | None]:
-    launch_failed: set[str] = ctx.memo.get("launch_failed", set())
-    jobs = [node for node in readers if node.has(Role.COMPUTE) and node.name not in launch_failed]
+    """Each reader's answer: compute nodes through a job, the others over SSH; None where no job can start."""
+    jobs, unlaunchable = ctx.launchable([node for node in readers if node.has(Role.COMPUTE)])
     others = [node for node in readers if not node.has(Role.COMPUTE)]
-    answers: dict[str, CommandResult | None] = dict.fromkeys(launch_failed)
+    answers: dict[str, CommandResult | None] = dict.fromkeys(result.node for result in unlaunchable)
     answers.update(ctx.srun_each(script, jobs, time_limit_s=60))
     answers.update(ctx.ssh_each(script, others, timeout=60))
     return answers
