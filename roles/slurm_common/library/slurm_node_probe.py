@@ -64,6 +64,18 @@ options:
   pin_file:
     description: Path whose existence is reported as pin_file_exists (the package manager's version hold).
     type: path
+  files:
+    description: >-
+      Paths whose type, mode, owner, group and SHA-1 are reported (the configuration files of the
+      Slurm play's roles), so that the play skips writing those already as wanted.
+    type: list
+    elements: str
+    default: []
+  accounting_cluster:
+    description: >-
+      Cluster name to look up with C(sacctmgr list cluster) when slurmdbd is active (the
+      controller with accounting); reported as cluster_registered (null when not looked up).
+    type: str
 """
 
 RETURN = r"""
@@ -71,7 +83,8 @@ slurm:
   description: >-
     installed (name to version or null), missing (names to install), package_version, version,
     hardware, pmix (plugin, loadable, libdir, runtime_lib), nvml_plugin, nvidia_driver,
-    gpu_devices_missing, units (name to loaded/active/enabled), restart_lines, pin_file_exists.
+    gpu_devices_missing, units (name to loaded/active/enabled), restart_lines, pin_file_exists,
+    files (path to exists/type/mode/owner/group/sha1/target), cluster_registered.
   returned: always
   type: dict
 """
@@ -81,30 +94,10 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpuclus_node_state import file_state, package_versions, unit_states
 
 HARDWARE_KEYS = ("CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore", "RealMemory")
 UPSTREAM = re.compile(r"(?:\d+:)?(\d+\.\d+\.\d+)")
-
-
-def installed_versions(module: AnsibleModule, names: list[str]) -> dict[str, str | None]:
-    """Version of each installed package, None for the others (dpkg or rpm)."""
-    found: dict[str, str | None] = dict.fromkeys(names)
-    if not names:
-        return found
-    if module.get_bin_path("dpkg-query"):
-        argv = ["dpkg-query", "--showformat=${Package}\t${db:Status-Abbrev}\t${Version}\n", "--show", *names]
-        _, out, _ = module.run_command(argv)  # rc 1 when some name is unknown
-        for line in out.splitlines():
-            name, status, version = (line.split("\t") + ["", ""])[:3]
-            if name in found and status.startswith("ii"):
-                found[name] = version
-    elif module.get_bin_path("rpm"):
-        _, out, _ = module.run_command(["rpm", "--query", "--queryformat=%{NAME}\t%{VERSION}-%{RELEASE}\n", *names])
-        for line in out.splitlines():
-            name, _, version = line.partition("\t")
-            if name in found and version:
-                found[name] = version
-    return found
 
 
 def hardware(module: AnsibleModule, slurmd: str) -> dict[str, int] | None:
@@ -155,24 +148,6 @@ def pmix(plugin_dir: str) -> dict[str, object]:
     return {"plugin": True, "loadable": loadable, "libdir": libdirs[0] if libdirs else None, "runtime_lib": runtime}
 
 
-def unit_states(module: AnsibleModule, units: list[str]) -> dict[str, dict[str, bool]]:
-    """loaded (the unit exists), active, enabled: for each unit."""
-    states = {unit: {"loaded": False, "active": False, "enabled": False} for unit in units}
-    systemctl = module.get_bin_path("systemctl")
-    if not units or systemctl is None:
-        return states
-    # One block per unit, in order, unknown units included.
-    _, out, _ = module.run_command([systemctl, "show", "--property=LoadState,ActiveState", *units])
-    blocks = [dict(line.split("=", 1) for line in block.splitlines() if "=" in line) for block in out.split("\n\n")]
-    for unit, props in zip(units, blocks):
-        loaded = props.get("LoadState") == "loaded"
-        # is-enabled reads the unit files; show's UnitFileState is systemd's
-        # cached view, stale until a daemon-reload after a package install.
-        enabled = loaded and module.run_command([systemctl, "is-enabled", "--quiet", unit])[0] == 0
-        states[unit] = {"loaded": loaded, "active": props.get("ActiveState") == "active", "enabled": enabled}
-    return states
-
-
 def restart_lines(path: str, pattern: str) -> list[str] | None:
     try:
         with open(path, encoding="utf-8") as handle:
@@ -181,6 +156,17 @@ def restart_lines(path: str, pattern: str) -> list[str] | None:
         return None
     selector = re.compile(pattern)
     return [line.strip() for line in lines if selector.search(line.strip())]
+
+
+def cluster_registered(module: AnsibleModule, name: str | None, units: dict[str, dict[str, bool]]) -> bool | None:
+    """Whether slurmdbd knows the cluster; None when not asked or slurmdbd is not running."""
+    sacctmgr = module.get_bin_path("sacctmgr")
+    if not name or sacctmgr is None or not units.get("slurmdbd", {}).get("active"):
+        return None
+    rc, out, _ = module.run_command([sacctmgr, "--noheader", "--parsable2", "list", "cluster", "format=Cluster"])
+    if rc != 0:
+        return None
+    return name.lower() in out.split()
 
 
 def main() -> None:
@@ -198,12 +184,14 @@ def main() -> None:
             "slurm_conf": {"type": "path", "default": "/etc/slurm/slurm.conf"},
             "restart_pattern": {"type": "str", "required": True},
             "pin_file": {"type": "path"},
+            "files": {"type": "list", "elements": "str", "default": []},
+            "accounting_cluster": {"type": "str"},
         },
         supports_check_mode=True,
     )
     params = module.params
     wanted = params["version"]
-    installed = installed_versions(module, sorted(set(params["packages"]) | {params["version_package"]}))
+    installed = package_versions(module, sorted(set(params["packages"]) | {params["version_package"]}))
 
     def needs_install(name: str) -> bool:
         version = installed.get(name)
@@ -217,6 +205,7 @@ def main() -> None:
     full = installed.get(params["version_package"])
     match = UPSTREAM.match(full or "")
     plugin_dir = params["plugin_dir"]
+    units = unit_states(module, sorted(set(params["units"]) | ({"slurmdbd"} if params["accounting_cluster"] else set())))
     result = {
         "installed": {name: installed[name] for name in params["packages"]},
         "missing": [name for name in params["packages"] if needs_install(name)],
@@ -229,10 +218,13 @@ def main() -> None:
         "gpu_devices_missing": [
             f"/dev/nvidia{i}" for i in range(params["gpu_count"]) if not os.path.exists(f"/dev/nvidia{i}")
         ],
-        "units": unit_states(module, params["units"]),
+        "units": units,
         "restart_lines": restart_lines(params["slurm_conf"], params["restart_pattern"]),
         "pin_file_exists": bool(params["pin_file"]) and os.path.exists(params["pin_file"]),
+        "files": {path: file_state(path) for path in params["files"]},
+        "cluster_registered": cluster_registered(module, params["accounting_cluster"], units),
     }
+    result["units"] = {unit: units[unit] for unit in params["units"]}
     module.exit_json(changed=False, slurm=result)
 
 
