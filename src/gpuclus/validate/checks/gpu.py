@@ -74,14 +74,7 @@ def _scope(ctx: Context) -> tuple[list[Node], list[NodeResult]] | Outcome:
     fake = [NodeResult(node.name, Status.SKIP, FAKE_REASON) for node in nodes if node not in real]
     if not real:
         return Outcome(fake, message=FAKE_REASON, status=Status.SKIP)
-    # Nodes launch.srun found unable to start a job are blamed there, once (same rule as Context.launchable).
-    failed: set[str] = ctx.memo.get("launch_failed", set())
-    usable = [node for node in real if node.name not in failed]
-    dead = [
-        NodeResult(node.name, Status.SKIP, "no job can start there (see launch.srun)")
-        for node in real
-        if node not in usable
-    ]
+    usable, dead = ctx.launchable(real)
     if not usable:
         return Outcome(fake + dead, message="no GPU node can start a job (see launch.srun)", status=Status.SKIP)
     return usable, fake + dead
