@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -31,17 +32,25 @@ def gpuclus(*args: str) -> dict[str, Any]:
     return payload
 
 
+def load() -> str:
+    """The 1-minute load average: on a shared 2-core host the figures mean little without it."""
+    return f"{os.getloadavg()[0]:.1f}"
+
+
 def measure(nodes: int) -> tuple[float, dict[str, Any], float, dict[str, Any]]:
     with tempfile.TemporaryDirectory() as scratch:
         spec = str(Path(scratch) / "sandbox.yaml")
         gpuclus("sandbox", "up", "--name", f"bench{nodes}", "--nodes", str(nodes), "--spec", spec)
         try:
+            before = load()
             started = time.perf_counter()
             fresh = gpuclus("deploy", spec)
             fresh_seconds = time.perf_counter() - started
+            fresh["load"] = f"{before} -> {load()}"
             started = time.perf_counter()
             again = gpuclus("deploy", spec)
             again_seconds = time.perf_counter() - started
+            again["load"] = f"{fresh['load'].split(' -> ')[1]} -> {load()}"
         finally:
             subprocess.run(
                 [sys.executable, "-m", "gpuclus", "sandbox", "down", "--spec", spec], capture_output=True, check=False
@@ -53,10 +62,11 @@ def report(
     nodes: int, fresh_seconds: float, fresh: dict[str, Any], again_seconds: float, again: dict[str, Any]
 ) -> None:
     phases = ", ".join(f"{phase['name']} {phase['seconds']:.0f} s" for phase in fresh["phases"])
-    print(f"{nodes} nodes: fresh deploy {fresh_seconds:.0f} s ({phases}) (target <= 120 s for 3)")
-    phases = ", ".join(f"{phase['name']} {phase['seconds']:.0f} s" for phase in again["phases"])
+    print(f"{nodes} nodes: fresh deploy {fresh_seconds:.0f} s ({phases}; load {fresh['load']}) (target <= 120 s for 3)")
+    phases = ", ".join(f"{phase['name']} {phase['seconds']:.1f} s" for phase in again["phases"])
     print(
-        f"{nodes} nodes: no-change deploy {again_seconds:.0f} s, changed={again['changed']} ({phases}) (target <= 20 s)"
+        f"{nodes} nodes: no-change deploy {again_seconds:.1f} s, changed={again['changed']}"
+        f" ({phases}; load {again['load']}) (target <= 20 s)"
     )
 
 
