@@ -50,12 +50,19 @@ def _hostname_command() -> str:
 
 
 def srun_everywhere(ctx: Context) -> Outcome:
-    """One job over every compute node per partition; per-node jobs only to find who broke it."""
+    """One job over every compute node per partition; per-node jobs only to find who broke it.
+
+    Nodes Slurm already reports unusable are blamed without a job: one would
+    only wait in the queue for them.
+    """
     if not ctx.compute:
         return skipped("no compute nodes selected")
     results: dict[str, NodeResult] = {}
     messages = []
-    for group in _partition_groups(ctx):
+    for whole_group in _partition_groups(ctx):
+        group = _usable_or_blamed(ctx, whole_group, results)
+        if not group:
+            continue
         answer = ctx.srun(_hostname_command(), group, time_limit_s=60)
         seen = set(answer.stdout.split())
         if answer.exit_status == 0 and seen >= {node.name for node in group}:
@@ -63,18 +70,9 @@ def srun_everywhere(ctx: Context) -> Outcome:
                 results[node.name] = NodeResult(node.name, Status.PASS, f"srun -N{len(group)} reached it")
             continue
         messages.append(slurm.first_error_line(answer.stderr, f"srun exited {answer.exit_status}"))
-        # Who is at fault: nodes Slurm now reports unusable (a failed launch
-        # marks them), then a one-node job on each of the others, all at once.
-        states = ctx.slurm_nodes(refresh=True)
-        candidates = []
-        for node in group:
-            state = slurm.NodeState.parse(states.get(node.name, {}).get("State", "UNKNOWN"))
-            if state.usable:
-                candidates.append(node)
-            else:
-                reason = states.get(node.name, {}).get("Reason", "")
-                detail = f"Slurm reports it {state}" + (f" ({reason})" if reason and reason != "(null)" else "")
-                results[node.name] = NodeResult(node.name, Status.FAIL, detail, str(state), "a job runs")
+        # Who is at fault: nodes the failed launch got marked, then a one-node
+        # job on each of the others, all at once.
+        candidates = _usable_or_blamed(ctx, group, results)
         single = ctx.srun_each(_hostname_command(), candidates, time_limit_s=60)
         for node in candidates:
             one = single[node.name]
@@ -89,6 +87,22 @@ def srun_everywhere(ctx: Context) -> Outcome:
         hint="on the failing node: `systemctl status slurmd munge` and /var/log/slurm/slurmd.log; "
         "then `sudo scontrol update nodename=NODE state=resume` on the controller",
     )
+
+
+def _usable_or_blamed(ctx: Context, nodes: list[Node], results: dict[str, NodeResult]) -> list[Node]:
+    """The nodes Slurm reports usable right now; a FAIL naming the state for each of the others."""
+    states = ctx.slurm_nodes(refresh=True)
+    usable = []
+    for node in nodes:
+        fields = states.get(node.name, {})
+        state = slurm.NodeState.parse(fields.get("State", "UNKNOWN"))
+        if state.usable:
+            usable.append(node)
+            continue
+        reason = fields.get("Reason", "")
+        detail = f"Slurm reports it {state}" + (f" ({reason})" if reason and reason != "(null)" else "")
+        results[node.name] = NodeResult(node.name, Status.FAIL, detail, str(state), "a job runs")
+    return usable
 
 
 def _launch_failure(result: CommandResult) -> str:
@@ -108,19 +122,27 @@ def _partition_groups(ctx: Context) -> list[list[Node]]:
 
 # `slurmd -G` prints the GRES the node's slurmd would register, gres.conf
 # merged in (on stderr, as log lines); every File= it names must be a
-# character device on the node.
+# character device on the node. When one is missing it waits ~20 s for it and
+# then says "fatal: can't stat gres.conf file /dev/nvidiaN" instead.
 _GRES_PROBE = (
-    "PATH=$PATH:/usr/sbin slurmd -G 2>&1 | grep 'Gres Name=gpu'; echo '--devices--'; "
+    "PATH=$PATH:/usr/sbin slurmd -G 2>&1 | grep -E \"Gres Name=gpu|can't stat gres.conf\"; echo '--devices--'; "
     'for f in /dev/nvidia[0-9]*; do [ -c "$f" ] && echo "$f"; done; true'
 )
 _FILE_FIELD = re.compile(r"\bFile=(\S+)")
+_MISSING_FILE = re.compile(r"can't stat gres\.conf file (\S+?):?(?:\s|$)")
 
 
 def gres_devices_exist(ctx: Context) -> Outcome:
     if not ctx.gpu_nodes:
         return skipped("no GPU nodes selected")
-    nodes, results = ctx.launchable(ctx.gpu_nodes)
+    nodes, unlaunchable = ctx.launchable(ctx.gpu_nodes)
     answers = ctx.srun_each(_GRES_PROBE, nodes, time_limit_s=60)
+    # Where no job starts, a bad gres.conf is a likely cause (slurmd refuses
+    # to start on a missing device file): ask over SSH instead.
+    dead = [node for node in ctx.gpu_nodes if node.name in {result.node for result in unlaunchable}]
+    answers.update(ctx.ssh_each(_GRES_PROBE, dead, timeout=60))
+    nodes = [node for node in ctx.gpu_nodes if node.name in answers]
+    results = []
     for node in nodes:
         answer = answers[node.name]
         if answer.exit_status != 0:
@@ -148,10 +170,11 @@ def parse_gres_probe(text: str) -> tuple[list[str], set[str]]:
     """(device files slurmd's GRES config names, device files present) from _GRES_PROBE's output."""
     config, _, devices = text.partition("--devices--")
     claimed: list[str] = []
-    for match in _FILE_FIELD.finditer(config):
-        for device in hostlist.expand_list(match.group(1)):
-            if device not in claimed:
-                claimed.append(device)
+    for pattern in (_FILE_FIELD, _MISSING_FILE):
+        for match in pattern.finditer(config):
+            for device in hostlist.expand_list(match.group(1)):
+                if device not in claimed:
+                    claimed.append(device)
     return claimed, {line.strip() for line in devices.splitlines() if line.strip()}
 
 

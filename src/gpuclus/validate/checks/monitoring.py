@@ -75,8 +75,14 @@ def _judge(target: dict[str, Any], scrape_code: str) -> tuple[str, Status, str]:
         error = f" ({target['lastError']})" if target.get("lastError") else ""
         return job, Status.FAIL, f"{url}: Prometheus says {health}{error}"
     if scrape_code != "200":
-        return job, Status.FAIL, f"{url}: scraping it now gives {scrape_code or 'no answer'}"
+        return job, Status.FAIL, f"{url}: {_describe(scrape_code)}"
     return job, Status.PASS, "up"
+
+
+def _describe(http_code: str) -> str:
+    if http_code in ("", "000"):
+        return "no answer when scraped now (exporter stopped, port closed or node down)"
+    return f"scraping it now gives HTTP {http_code}"
 
 
 CHECKS = [
