@@ -10,96 +10,53 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
+from cluster_helpers import CLUSTER, GPU1, GPU2, HEAD, Cluster
 
-from gpuclus.sandbox.image import ADMIN_USER
-from gpuclus.ssh.client import CommandResult, SshTarget, connect, run
-from gpuclus.state import StateDir
+from gpuclus.ssh.client import CommandResult
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root for privileged containers"),
 ]
 
-CLUSTER = "itcl"
-HEAD, GPU1, GPU2 = f"{CLUSTER}-head", f"{CLUSTER}-gpu01", f"{CLUSTER}-gpu02"
-GPUCLUS = [sys.executable, "-m", "gpuclus"]
+
+@pytest.fixture
+def cluster(deployed: Cluster) -> Cluster:
+    return deployed
 
 
-def gpuclus(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*GPUCLUS, *args], capture_output=True, text=True, timeout=timeout, check=False)
+def on(cluster: Cluster, node: str, command: str, *, check: bool = True) -> CommandResult:
+    return cluster.on(node, command, check=check)
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    spec = tmp_path_factory.mktemp("cluster") / "sandbox.yaml"
-    up = gpuclus("sandbox", "up", "--name", CLUSTER, "--nodes", "3", "--gpus-per-node", "2", "--spec", str(spec))
-    try:
-        assert up.returncode == 0, up.stderr
-        started = time.monotonic()
-        first = gpuclus("deploy", str(spec), "--json")
-        first_seconds = time.monotonic() - started
-        assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
-        started = time.monotonic()
-        second = gpuclus("deploy", str(spec), "--json")
-        second_seconds = time.monotonic() - started
-        assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
-        status = json.loads(gpuclus("sandbox", "status", "--spec", str(spec), "--json").stdout)
-        addresses = {node["name"]: node["address"] for node in status["nodes"]}
-        print(f"\nfresh deploy {first_seconds:.0f} s, no-change deploy {second_seconds:.0f} s")
-        yield {
-            "spec": spec,
-            "first": json.loads(first.stdout),
-            "second": json.loads(second.stdout),
-            "addresses": addresses,
-        }
-    finally:
-        gpuclus("sandbox", "down", "--spec", str(spec))
-
-
-def on(cluster: dict[str, Any], node: str, command: str, *, check: bool = True) -> CommandResult:
-    state = StateDir.beside(cluster["spec"])
-    client = connect(SshTarget(cluster["addresses"][node], ADMIN_USER, state.private_key, state.known_hosts))
-    try:
-        result = run(client, command, timeout=120)
-    finally:
-        client.close()
-    if check:
-        assert result.exit_status == 0, f"{command!r} on {node}: {result.stdout}{result.stderr}"
-    return result
-
-
-def test_first_deploy_ran_every_phase(cluster: dict[str, Any]) -> None:
-    first = cluster["first"]
+def test_first_deploy_ran_every_phase(cluster: Cluster) -> None:
+    first = cluster.first
     assert [phase["name"] for phase in first["phases"]] == ["base", "nfs", "slurm", "monitoring"]
     assert first["status"] == "successful"
     assert first["changed"] > 0
 
 
-def test_second_deploy_changes_nothing(cluster: dict[str, Any]) -> None:
-    second = cluster["second"]
+def test_second_deploy_changes_nothing(cluster: Cluster) -> None:
+    second = cluster.second
     assert second["status"] == "successful"
     changed = {host: stats["changed"] for host, stats in second["hosts"].items() if stats["changed"]}
     assert changed == {}, f"not idempotent: {changed}"
 
 
-def test_sinfo_shows_the_partition_with_both_gpu_nodes_idle(cluster: dict[str, Any]) -> None:
+def test_sinfo_shows_the_partition_with_both_gpu_nodes_idle(cluster: Cluster) -> None:
     out = on(cluster, HEAD, "sinfo --noheader --format='%P %a %D %t %N'").stdout.strip()
     assert out == f"gpu* up 2 idle {CLUSTER}-gpu[01-02]"
 
 
-def test_srun_reaches_both_compute_nodes(cluster: dict[str, Any]) -> None:
+def test_srun_reaches_both_compute_nodes(cluster: Cluster) -> None:
     out = on(cluster, HEAD, "srun --nodes=2 --ntasks-per-node=1 hostname").stdout.split()
     assert sorted(out) == [GPU1, GPU2]
 
 
-def test_gres_sets_cuda_visible_devices_and_cgroups_isolate_devices(cluster: dict[str, Any]) -> None:
+def test_gres_sets_cuda_visible_devices_and_cgroups_isolate_devices(cluster: Cluster) -> None:
     assert on(cluster, HEAD, "srun --gres=gpu:1 printenv CUDA_VISIBLE_DEVICES").stdout.strip() == "0"
     both = on(cluster, HEAD, "srun --gres=gpu:2 printenv CUDA_VISIBLE_DEVICES").stdout.strip()
     assert both == "0,1"
@@ -114,13 +71,13 @@ def test_gres_sets_cuda_visible_devices_and_cgroups_isolate_devices(cluster: dic
     assert "Operation not permitted" not in own
 
 
-def test_more_gpus_than_a_node_has_is_refused(cluster: dict[str, Any]) -> None:
+def test_more_gpus_than_a_node_has_is_refused(cluster: Cluster) -> None:
     result = on(cluster, HEAD, "srun --gres=gpu:3 true", check=False)
     assert result.exit_status != 0
     assert "Requested node configuration is not available" in result.stderr
 
 
-def test_sacct_lists_the_jobs(cluster: dict[str, Any]) -> None:
+def test_sacct_lists_the_jobs(cluster: Cluster) -> None:
     on(cluster, HEAD, "srun --job-name=gpuclus-acct-probe true")
     deadline = time.monotonic() + 60
     while True:
@@ -131,14 +88,14 @@ def test_sacct_lists_the_jobs(cluster: dict[str, Any]) -> None:
         time.sleep(2)
 
 
-def test_admin_user_ssh_between_nodes_without_a_password(cluster: dict[str, Any]) -> None:
+def test_admin_user_ssh_between_nodes_without_a_password(cluster: Cluster) -> None:
     for source in (GPU1, HEAD):
         for target in (HEAD, GPU1, GPU2):
             command = f"ssh -o BatchMode=yes -o StrictHostKeyChecking=yes {target} hostname"
             assert on(cluster, source, command).stdout.strip() == target
 
 
-def test_prometheus_sees_every_target_up(cluster: dict[str, Any]) -> None:
+def test_prometheus_sees_every_target_up(cluster: Cluster) -> None:
     deadline = time.monotonic() + 60
     while True:
         raw = on(cluster, HEAD, "curl -s http://127.0.0.1:9090/api/v1/targets").stdout
@@ -151,13 +108,13 @@ def test_prometheus_sees_every_target_up(cluster: dict[str, Any]) -> None:
         time.sleep(3)
 
 
-def test_a_file_written_on_the_export_is_read_over_nfs_from_every_compute_node(cluster: dict[str, Any]) -> None:
+def test_a_file_written_on_the_export_is_read_over_nfs_from_every_compute_node(cluster: Cluster) -> None:
     # The sandbox kernel has no NFS client, so the export is read with libnfs
     # (NFSv3, which ganesha serves even in its grace period); kernel mounts are
     # exercised on real nodes only. The clients' fstab entries are checked below.
     token = f"gpuclus-{time.time_ns()}"
     on(cluster, HEAD, f"echo {token} | sudo tee /srv/nfs/shared/probe.txt >/dev/null")
-    head = cluster["addresses"][HEAD]
+    head = cluster.addresses[HEAD]
     for node in (GPU1, GPU2):
         deadline = time.monotonic() + 90
         while True:
@@ -170,8 +127,8 @@ def test_a_file_written_on_the_export_is_read_over_nfs_from_every_compute_node(c
     on(cluster, HEAD, "sudo rm -f /srv/nfs/shared/probe.txt")
 
 
-def test_clients_have_the_nfs_mount_configured(cluster: dict[str, Any]) -> None:
-    head = cluster["addresses"][HEAD]
+def test_clients_have_the_nfs_mount_configured(cluster: Cluster) -> None:
+    head = cluster.addresses[HEAD]
     for node in (GPU1, GPU2):
         fstab = [line.split() for line in on(cluster, node, "cat /etc/fstab").stdout.splitlines() if "nfs" in line]
         assert [fields[:3] for fields in fstab] == [[f"{head}:/srv/nfs/shared", "/shared", "nfs"]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 
 from gpuclus.spec import hostlist
 from gpuclus.spec.topology import Node
@@ -178,8 +179,104 @@ def parse_gres_probe(text: str) -> tuple[list[str], set[str]]:
     return claimed, {line.strip() for line in devices.splitlines() if line.strip()}
 
 
+# An MPI hello that also proves the ranks talk: an all-reduce of rank+1
+# must give n(n+1)/2 on every rank.
+_MPI_HELLO = r"""
+#include <mpi.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    int rank, size, mine, sum = 0;
+    char host[256] = "";
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    gethostname(host, sizeof host - 1);
+    mine = rank + 1;
+    MPI_Allreduce(&mine, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    printf("gpuclus-mpi rank=%d size=%d sum=%d host=%s\n", rank, size, sum, host);
+    MPI_Finalize();
+    return 0;
+}
+"""
+_MPI_LINE = re.compile(r"gpuclus-mpi rank=(\d+) size=(\d+) sum=(\d+) host=(\S+)")
+
+
+def mpi_hello(ctx: Context) -> Outcome:
+    """Build an MPI hello on every compute node (when it has mpicc), run it across them with PMIx or PMI-2."""
+    nodes, results = ctx.launchable(ctx.compute)
+    if len(nodes) < 2:
+        return Outcome(results, message="needs two compute nodes that can start jobs", status=Status.SKIP)
+    build_dir = f"/tmp/{ctx.job_name}-mpi"
+    source = shlex.quote(_MPI_HELLO)
+    build = (
+        f"command -v mpicc >/dev/null 2>&1 || {{ echo no-mpicc; exit 0; }}; mkdir -p {build_dir} && "
+        f"printf '%s' {source} > {build_dir}/hello.c && mpicc -o {build_dir}/hello {build_dir}/hello.c && echo built"
+    )
+    built = ctx.srun_each(build, nodes, time_limit_s=120)
+    have = [node for node in nodes if built[node.name].stdout.strip().endswith("built")]
+    lacking = [node for node in nodes if "no-mpicc" in built[node.name].stdout]
+    try:
+        if len(lacking) == len(nodes):
+            return Outcome(results, message="no MPI on the compute nodes (mpicc not found)", status=Status.SKIP)
+        for node in nodes:
+            if node in lacking:
+                results.append(NodeResult(node.name, Status.FAIL, "no mpicc here, while other nodes have MPI"))
+            elif node not in have:
+                results.append(
+                    NodeResult(
+                        node.name,
+                        Status.FAIL,
+                        "building the MPI hello failed: "
+                        + slurm.first_error_line(built[node.name].stderr, "mpicc failed"),
+                    )
+                )
+        if len(have) < 2:
+            return Outcome(results, message="fewer than two nodes could build the MPI hello")
+        plugins = ctx.run("srun --mpi=list 2>&1", timeout=30).stdout
+        plugin = next((name for name in ("pmix", "pmi2") if re.search(rf"\b{name}\b", plugins)), None)
+        if plugin is None:
+            return Outcome(
+                results,
+                status=Status.FAIL,
+                message=f"Slurm offers neither pmix nor pmi2 (srun --mpi=list: {' '.join(plugins.split())[:200]})",
+                hint="install Slurm's PMIx plugin (Debian: slurm-wlm-basic-plugins carries mpi_pmix)",
+            )
+        answer = ctx.srun(f"{build_dir}/hello", have, time_limit_s=120, extra=(f"--mpi={plugin}",))
+        results += _judge_mpi(have, answer)
+        return Outcome(
+            results,
+            message=f"--mpi={plugin} over {len(have)} node(s)",
+            value=plugin,
+            hint="`srun --mpi=pmix -N2 ./hello` by hand; the MPI library must be built with the same PMIx "
+            "(Debian's openmpi is) and the nodes must reach each other on all ports",
+        )
+    finally:
+        ctx.srun_each(f"rm -rf {build_dir}", nodes, time_limit_s=60)
+
+
+def _judge_mpi(nodes: list[Node], answer: CommandResult) -> list[NodeResult]:
+    size = len(nodes)
+    want_sum = size * (size + 1) // 2
+    lines = {match.group(4).split(".")[0]: match for match in _MPI_LINE.finditer(answer.stdout)}
+    results = []
+    for node in nodes:
+        match = lines.get(node.name)
+        if match is None:
+            detail = slurm.first_error_line(answer.stderr, f"no output from its rank (srun exit {answer.exit_status})")
+            results.append(NodeResult(node.name, Status.FAIL, detail, None, f"rank of {size}"))
+        elif int(match.group(2)) != size or int(match.group(3)) != want_sum:
+            message = f"rank {match.group(1)} saw size {match.group(2)}, all-reduce sum {match.group(3)}"
+            results.append(NodeResult(node.name, Status.FAIL, message, int(match.group(3)), str(want_sum)))
+        else:
+            message = f"rank {match.group(1)} of {size}, all-reduce correct"
+            results.append(NodeResult(node.name, Status.PASS, message, int(match.group(3)), str(want_sum)))
+    return results
+
+
 CHECKS = [
     Check("launch.munge", Level.QUICK, "munge credentials decode on every node", munge_decodes, needs_slurm=False),
     Check("launch.srun", Level.QUICK, "srun -N<all> hostname reaches every compute node", srun_everywhere),
     Check("launch.gres-devices", Level.QUICK, "GRES device files exist on GPU nodes", gres_devices_exist),
+    Check("launch.mpi", Level.STANDARD, "an MPI hello across the compute nodes (when MPI is installed)", mpi_hello),
 ]

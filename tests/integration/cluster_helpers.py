@@ -1,0 +1,42 @@
+"""What the cluster tests share: running gpuclus, and commands on sandbox nodes over SSH."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuclus.sandbox.image import ADMIN_USER
+from gpuclus.ssh.client import CommandResult, SshTarget, connect, run
+from gpuclus.state import StateDir
+
+CLUSTER = "itcl"
+HEAD, GPU1, GPU2 = f"{CLUSTER}-head", f"{CLUSTER}-gpu01", f"{CLUSTER}-gpu02"
+GPUCLUS = [sys.executable, "-m", "gpuclus"]
+SANDBOX_UP = ("sandbox", "up", "--name", CLUSTER, "--nodes", "3", "--gpus-per-node", "2")
+
+
+def gpuclus(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*GPUCLUS, *args], capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@dataclass
+class Cluster:
+    spec: Path
+    engine: str
+    addresses: dict[str, str]
+    first: dict[str, Any]  # `deploy --json` of the fresh deploy
+    second: dict[str, Any]  # and of the one after it
+
+    def on(self, node: str, command: str, *, check: bool = True, timeout: float = 120) -> CommandResult:
+        state = StateDir.beside(self.spec)
+        client = connect(SshTarget(self.addresses[node], ADMIN_USER, state.private_key, state.known_hosts))
+        try:
+            result = run(client, command, timeout=timeout)
+        finally:
+            client.close()
+        if check:
+            assert result.exit_status == 0, f"{command!r} on {node}: {result.stdout}{result.stderr}"
+        return result
