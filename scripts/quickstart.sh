@@ -2,7 +2,8 @@
 # The README's first command: install gpuclus, bring up a 3-node sandbox
 # (local systemd container nodes with fake GPUs, reachable over SSH), deploy
 # the cluster on it (hosts, SSH trust, NFS, Slurm with accounting, Prometheus)
-# and run Slurm jobs. (validate joins this flow with its issue.)
+# and prove it works with `gpuclus validate` (Slurm jobs on every node; fake
+# GPUs are reported as SKIP).
 #   bash scripts/quickstart.sh [WORKDIR]      (default WORKDIR: ./demo)
 # Needs root on Debian/Ubuntu: the nodes are privileged containers; podman,
 # runc and debootstrap are installed with apt when missing.
@@ -21,3 +22,4 @@ set -x
 "$gpuclus" deploy sandbox.yaml
 "$gpuclus" sandbox ssh sandbox-head -- sinfo
 "$gpuclus" sandbox ssh sandbox-head -- srun --nodes=2 --gres=gpu:1 hostname
+"$gpuclus" validate sandbox.yaml

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 import xml.etree.ElementTree as ET
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_helpers import GPU1, GPU2, HEAD, SANDBOX_UP, Cluster, gpuclus
+from cluster_helpers import GPU1, GPU2, GPUCLUS, HEAD, SANDBOX_UP, Cluster, gpuclus
 
 pytestmark = [
     pytest.mark.integration,
@@ -133,6 +134,38 @@ def test_a_stopped_slurmd_is_named(cluster: Cluster) -> None:
         assert code == 1
         assert ("launch.srun", GPU1) in failing(report)
         assert {node for _check, node in failing(report)} == {GPU1}
+    finally:
+        cluster.on(GPU1, "sudo systemctl start slurmd")
+    wait_until_healthy(cluster)
+
+
+def test_ctrl_c_leaves_no_job_queued_or_running(cluster: Cluster) -> None:
+    # With slurmd stopped on one node, launch.srun's jobs wait for it: the
+    # moment to interrupt. The run must exit 130 and cancel its jobs.
+    cluster.on(GPU1, "sudo systemctl stop slurmd")
+    try:
+        run = subprocess.Popen(
+            [*GPUCLUS, "validate", str(cluster.spec), "--only", "launch", "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        listing = "squeue --noheader --format='%j %T' --states=PENDING,RUNNING"
+        deadline = time.monotonic() + 60
+        ours: list[str] = []
+        while not ours:
+            assert run.poll() is None, "validate ended before any job was seen"
+            assert time.monotonic() < deadline, "no validate job ever showed in squeue"
+            ours = [
+                line.split()[0] for line in cluster.on(HEAD, listing).stdout.splitlines() if "gpuclus-validate" in line
+            ]
+            time.sleep(0.3)
+        run.send_signal(signal.SIGINT)
+        stdout, _stderr = run.communicate(timeout=120)
+        assert run.returncode == 130
+        assert json.loads(stdout)["error"]["message"] == "interrupted"
+        left = cluster.on(HEAD, f"squeue --noheader --name={ours[0]} --states=PENDING,RUNNING").stdout
+        assert left.strip() == "", f"jobs left behind: {left}"
     finally:
         cluster.on(GPU1, "sudo systemctl start slurmd")
     wait_until_healthy(cluster)

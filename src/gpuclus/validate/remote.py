@@ -26,13 +26,24 @@ class Remote:
 
     def run(self, command: str, timeout: float = 60.0) -> CommandResult:
         """Run a shell command on the controller; never blocks past ``timeout`` seconds."""
-        transport = self._client.get_transport()
-        channel = transport.open_session(timeout=timeout)
+        channel = self._open(timeout)
         try:
             channel.exec_command(command)
             return _collect(channel, time.monotonic() + timeout)
         finally:
             channel.close()
+
+    def _open(self, timeout: float) -> Any:
+        """A new channel; a session that is gone becomes an OSError, as a broken socket would."""
+        import paramiko
+
+        transport = self._client.get_transport()
+        if transport is None or not transport.is_active():
+            raise OSError("the SSH session to the controller is closed")
+        try:
+            return transport.open_session(timeout=timeout)
+        except paramiko.SSHException as problem:  # "SSH session not active", "Timeout opening channel."
+            raise OSError(str(problem)) from None
 
     def run_many(self, commands: Mapping[str, str], timeout: float = 60.0) -> dict[str, CommandResult]:
         """Run several commands at once (one channel each); results keyed like ``commands``."""

@@ -101,8 +101,17 @@ class NodeState:
     @classmethod
     def parse(cls, text: str) -> NodeState:
         parts = [part for part in text.strip().upper().split("+") if part]
-        base = parts[0].rstrip("*~#!%$@^-") if parts else "UNKNOWN"
-        return cls(base, frozenset(parts[1:]))
+        raw = parts[0] if parts else "UNKNOWN"
+        base = raw.rstrip("*~#!%$@^-")
+        flags = set(parts[1:])
+        if raw.endswith("*"):  # sinfo's way of saying NOT_RESPONDING
+            flags.add("NOT_RESPONDING")
+        return cls(base, frozenset(flags))
+
+    @property
+    def completing(self) -> bool:
+        """Still cleaning up after a job: busy for new jobs for now."""
+        return self.base == "COMPLETING" or "COMPLETING" in self.flags
 
     @property
     def usable(self) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import time
 
 from gpuclus.spec import hostlist
 from gpuclus.spec.topology import Node
@@ -72,7 +73,9 @@ def srun_everywhere(ctx: Context) -> Outcome:
             continue
         messages.append(slurm.first_error_line(answer.stderr, f"srun exited {answer.exit_status}"))
         # Who is at fault: nodes the failed launch got marked, then a one-node
-        # job on each of the others, all at once.
+        # job on each of the others, all at once, once they are done cleaning
+        # up after the failed job.
+        _wait_for_completing(ctx, group)
         candidates = _usable_or_blamed(ctx, group, results)
         single = ctx.srun_each(_hostname_command(), candidates, time_limit_s=60)
         for node in candidates:
@@ -88,6 +91,25 @@ def srun_everywhere(ctx: Context) -> Outcome:
         hint="on the failing node: `systemctl status slurmd munge` and /var/log/slurm/slurmd.log; "
         "then `sudo scontrol update nodename=NODE state=resume` on the controller",
     )
+
+
+# After a failed multi-node job the healthy nodes stay COMPLETING (busy) for
+# a while, as slurmctld retries the dead one; a new job would only queue.
+COMPLETING_WAIT_S = 60.0
+
+
+def _wait_for_completing(ctx: Context, nodes: list[Node]) -> None:
+    deadline = time.monotonic() + COMPLETING_WAIT_S
+    while time.monotonic() < deadline:
+        states = ctx.slurm_nodes(refresh=True)
+        busy = []
+        for node in nodes:
+            state = slurm.NodeState.parse(states.get(node.name, {}).get("State", ""))
+            if state.completing and not (state.flags & slurm.BAD_FLAGS):
+                busy.append(node)
+        if not busy:
+            return
+        time.sleep(2)
 
 
 def _usable_or_blamed(ctx: Context, nodes: list[Node], results: dict[str, NodeResult]) -> list[Node]:

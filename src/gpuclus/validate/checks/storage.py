@@ -20,7 +20,10 @@ _READ = """
 f={file}; want={token}
 got=$(cat "$f" 2>/dev/null || true)
 fstype=$(findmnt -rn -o FSTYPE -T "$f" 2>/dev/null | tail -n 1)
-case "$fstype" in nfs*) if [ "$got" = "$want" ]; then echo "via=mount"; exit 0; fi ;; esac
+case "$fstype" in nfs*)
+  if [ "$got" = "$want" ]; then echo "via=mount"; exit 0; fi
+  echo "via=mount-stale fstype=$fstype"; exit 6 ;;
+esac
 if grep -qw 'nfs4\\?' /proc/filesystems 2>/dev/null || modinfo nfs >/dev/null 2>&1; then
   echo "via=none fstype=${{fstype:-none}}"; exit 3
 fi
@@ -107,6 +110,8 @@ def _judge(node: Node, export: NfsExport, answer: CommandResult | None, ctx: Con
     details = {
         3: f"{mount} is not an NFS mount here ({first.removeprefix('via=none ')}); the file cannot be read",
         4: f"{mount} is not mounted, and neither an NFS client nor libnfs tools are on the node",
+        6: f"{mount} is NFS-mounted, but the file just written on the server is missing or differs there "
+        "(another export mounted, or a stale client cache)",
         5: f"the export cannot be read over NFS: {' '.join(answer.stdout.strip().splitlines()[1:])[-200:]}",
     }
     fallback = f"read failed (exit {answer.exit_status}): {answer.stderr.strip()[-200:]}"
