@@ -26,7 +26,7 @@ from gpuclus.validate import probes, thresholds
 from gpuclus.validate.checks import gpu
 from gpuclus.validate.context import Context
 from gpuclus.validate.model import Level, Outcome, Status
-from gpuclus.validate.probes import ddp_probe, gpu_probe, nccl_probe
+from gpuclus.validate.probes import common, ddp_probe, gpu_probe, nccl_probe
 from gpuclus.validate.remote import TIMED_OUT
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
@@ -865,8 +865,7 @@ def test_probe_helpers_without_torch() -> None:
     [("gpu[01-04,07]", "gpu01"), ("gpu01,gpu02", "gpu01"), ("node7", "node7"), ("rack[2-3]-gpu", "rack2-gpu")],
 )
 def test_probe_first_host_of_a_slurm_nodelist(nodelist: str, first: str) -> None:
-    assert nccl_probe.first_host(nodelist) == first
-    assert ddp_probe.first_host(nodelist) == first
+    assert common.first_host(nodelist) == first
 
 
 def test_probe_rendezvous_from_slurm_variables() -> None:
@@ -905,8 +904,11 @@ def test_probe_without_torch_prints_the_marker_and_exits_0(
 
 def test_probes_ship_inside_the_package_and_run_inline() -> None:
     for name in probes.PROBES:
-        text = probes.source(name)
+        text = probes.shipped(name)
         assert "GPUCLUS_PROBE" in text and "import torch" not in text  # torch only through importlib
+        own = probes.source(name).replace("from __future__ import annotations\n", "", 1)
+        assert text == probes.source("common.py") + "\n" + own
+        compile(text, name, "exec")  # one __future__ import, at the top
         command = probes.inline_command(name)
         packed = command.split('b64decode("', 1)[1].split('"', 1)[0]
         assert zlib.decompress(base64.b64decode(packed)).decode() == text
@@ -916,8 +918,12 @@ def test_probes_ship_inside_the_package_and_run_inline() -> None:
 
 @pytest.mark.skipif(HAVE_TORCH, reason="torch is installed here")
 def test_inline_command_runs_under_sh_with_this_python() -> None:
-    """The exact shell text a node runs, with python3 pointing at an interpreter without torch."""
-    command = probes.inline_command("gpu_probe.py", ["matmul"]).replace("python3 -c", f"{sys.executable} -c", 1)
+    """The exact shell text a node runs, with python3 pointing at an interpreter without torch.
+
+    -S leaves out site-packages, so gpuclus itself cannot be imported: the
+    probe must run on the shipped common.py text alone, as on a node.
+    """
+    command = probes.inline_command("gpu_probe.py", ["matmul"]).replace("python3 -c", f"{sys.executable} -S -c", 1)
     done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert gpu.parse_probe_output(done.stdout) == [{"error": "no-torch", "probe": "matmul"}]

@@ -11,6 +11,9 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from gpuclus.ssh.client import CommandResult
+from gpuclus.validate.remote import TIMED_OUT
+
 # Slack between Slurm's own time limit and the `timeout` around srun, so that
 # Slurm normally ends an overdue job and timeout only catches a stuck srun.
 _TIMEOUT_SLACK_S = 30
@@ -180,6 +183,13 @@ def nodes_named_in_errors(stderr: str, candidates: list[str]) -> list[str]:
             if re.search(rf"(?<![A-Za-z0-9-]){re.escape(candidate)}(?![A-Za-z0-9-])", line) and candidate not in named:
                 named.append(candidate)
     return named
+
+
+def job_failure(result: CommandResult) -> str:
+    """One line on why an srun failed: srun's own error, or that it ran out of time."""
+    if result.exit_status == TIMED_OUT:
+        return "the job did not start or finish within its time limit (node unreachable, busy or hung)"
+    return first_error_line(result.stderr, f"srun exited {result.exit_status}")
 
 
 def first_error_line(stderr: str, default: str = "") -> str:

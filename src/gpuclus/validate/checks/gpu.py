@@ -84,12 +84,6 @@ def _gres(node: Node) -> str:
     return f"gpu:{node.gpu_count}"
 
 
-def _launch_failure(result: CommandResult) -> str:
-    if result.exit_status == TIMED_OUT:
-        return "the job did not start or finish within its time limit (node busy or hung)"
-    return slurm.first_error_line(result.stderr, f"srun exited {result.exit_status}")
-
-
 def _hints(*pairs: tuple[bool, str]) -> str | None:
     chosen = [hint for wanted, hint in pairs if wanted]
     return "; ".join(dict.fromkeys(chosen)) or None
@@ -142,7 +136,7 @@ def interpret_smi(result: CommandResult) -> SmiAnswer:
         said = next((line.strip() for line in result.stdout.splitlines() if "NVIDIA-SMI" in line), "")
         if said:
             return SmiAnswer(error=said)
-        return SmiAnswer(error=_launch_failure(result), launch_failed=not result.stdout.strip())
+        return SmiAnswer(error=slurm.job_failure(result), launch_failed=not result.stdout.strip())
     if not gpus:
         first = result.stdout.strip().splitlines()[0] if result.stdout.strip() else "no output"
         return SmiAnswer(error=f"nvidia-smi listed no GPUs ({first})")
@@ -253,7 +247,7 @@ def isolation(ctx: Context) -> Outcome:
             results.append(NodeResult(node.name, Status.FAIL, "nvidia-smi not found on the node", None, "1", "GPUs"))
         elif answer.exit_status != 0:
             launch = True
-            message = "a job given gpu:1 failed: " + _launch_failure(answer)
+            message = "a job given gpu:1 failed: " + slurm.job_failure(answer)
             results.append(NodeResult(node.name, Status.FAIL, message, None, "1", "GPUs"))
         elif len(devices) != 1:
             unset = True
@@ -611,7 +605,7 @@ def judge_all_reduce(result: CommandResult, ranks: int, bands: thresholds.Bands,
         if run.wrong:
             return _Part(label, Status.FAIL, f"{run.wrong} wrong element(s) in the all-reduce", None, None, True)
         if run.avg_busbw is None:
-            said = run.error or _launch_failure(result)
+            said = run.error or slurm.job_failure(result)
             return _Part(label, Status.FAIL, f"nccl-tests gave no result: {said}", None, None)
         return _graded(label, run.avg_busbw, bands, f"nccl-tests, {ranks} ranks")
     payloads = parse_probe_output(result.stdout)

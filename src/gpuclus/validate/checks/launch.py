@@ -13,7 +13,6 @@ from gpuclus.validate import slurm
 from gpuclus.validate.context import Context
 from gpuclus.validate.model import Level, NodeResult, Outcome, Status, skipped
 from gpuclus.validate.registry import Check
-from gpuclus.validate.remote import TIMED_OUT
 
 # A credential made on the controller, decoded on the node through SSH (not
 # Slurm: when munge is broken, Slurm cannot start the job that would test it).
@@ -83,7 +82,7 @@ def srun_everywhere(ctx: Context) -> Outcome:
             if one.exit_status == 0 and node.name in one.stdout.split():
                 results[node.name] = NodeResult(node.name, Status.PASS, "a one-node job ran")
             else:
-                results[node.name] = NodeResult(node.name, Status.FAIL, _launch_failure(one))
+                results[node.name] = NodeResult(node.name, Status.FAIL, slurm.job_failure(one))
     ctx.memo["launch_failed"] = {name for name, result in results.items() if result.status is Status.FAIL}
     return Outcome(
         [results[node.name] for node in ctx.compute if node.name in results],
@@ -128,12 +127,6 @@ def _usable_or_blamed(ctx: Context, nodes: list[Node], results: dict[str, NodeRe
     return usable
 
 
-def _launch_failure(result: CommandResult) -> str:
-    if result.exit_status == TIMED_OUT:
-        return "the job did not start or finish within its time limit (node unreachable or queue busy)"
-    return slurm.first_error_line(result.stderr, f"srun exited {result.exit_status}")
-
-
 def _partition_groups(ctx: Context) -> list[list[Node]]:
     """The selected compute nodes split by partition, each node in the first partition that has it."""
     groups: dict[str, list[Node]] = {}
@@ -169,7 +162,7 @@ def gres_devices_exist(ctx: Context) -> Outcome:
     for node in nodes:
         answer = answers[node.name]
         if answer.exit_status != 0:
-            results.append(NodeResult(node.name, Status.FAIL, "probe job failed: " + _launch_failure(answer)))
+            results.append(NodeResult(node.name, Status.FAIL, "probe job failed: " + slurm.job_failure(answer)))
             continue
         claimed, present = parse_gres_probe(answer.stdout)
         absent = [device for device in claimed if device not in present]

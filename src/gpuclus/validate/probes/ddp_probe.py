@@ -11,49 +11,22 @@ true}. Exit 0 whatever the figures; 1 only when the probe itself broke.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import importlib
-import json
 import math
 import os
-import re
 import sys
 import time
-from collections.abc import Mapping
 from typing import Any
 
-MARKER = "GPUCLUS_PROBE"
-PORT_BASE = 20000
-PORT_SPAN = 20000
+# Imported from the package; shipped inline, common.py's text has already run.
+with contextlib.suppress(ImportError):
+    from gpuclus.validate.probes.common import emit, load_torch, rendezvous
+
 # After identical all-reduced gradient steps every replica holds the same
 # weights; allow for nothing but summation-order noise in the checksum.
 REPLICA_MAX_SPREAD = 1e-6
-
-
-def emit(payload: dict[str, Any]) -> None:
-    print(f"{MARKER} {json.dumps(payload, sort_keys=True)}", flush=True)
-
-
-def first_host(nodelist: str) -> str:
-    """The first host of a Slurm hostlist: 'gpu[01-04,07],login1' → 'gpu01'."""
-    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?([^,]*)", nodelist.strip())
-    if not match:
-        return nodelist.strip()
-    prefix, ranges, suffix = match.group(1), match.group(2), match.group(3)
-    return prefix + (ranges.split(",")[0].split("-")[0] if ranges else "") + suffix
-
-
-def rendezvous(env: Mapping[str, str]) -> dict[str, Any]:
-    rank = int(env.get("RANK", env.get("SLURM_PROCID", "0")))
-    world = int(env.get("WORLD_SIZE", env.get("SLURM_NTASKS", "1")))
-    local = int(env.get("LOCAL_RANK", env.get("SLURM_LOCALID", "0")))
-    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""
-    address = env.get("MASTER_ADDR") or (first_host(nodelist) if nodelist else "127.0.0.1")
-    if env.get("MASTER_PORT"):
-        port = int(env["MASTER_PORT"])
-    else:  # one port per job: two probes at once on one node do not collide
-        port = PORT_BASE + int(env.get("SLURM_JOB_ID", "0")) % PORT_SPAN
-    return {"rank": rank, "world": world, "local": local, "address": address, "port": port}
 
 
 def losses_decreasing(losses: list[float]) -> bool:
@@ -74,18 +47,6 @@ def spread(low: float, high: float) -> float:
 def efficiency(ddp_sps: float, single_sps: float, ranks: int) -> float:
     """throughput with N GPUs / (N x single-GPU throughput)."""
     return ddp_sps / (ranks * single_sps) if single_sps > 0 and ranks > 0 else 0.0
-
-
-def load_torch() -> tuple[Any, str | None]:
-    try:
-        torch = importlib.import_module("torch")
-    except ImportError:
-        return None, "no-torch"
-    if getattr(torch.version, "cuda", None) is None:
-        return torch, "no-torch-cuda"
-    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
-        return torch, "cuda-unavailable"
-    return torch, None
 
 
 def _model(torch: Any, hidden: int, layers: int, device: Any) -> Any:

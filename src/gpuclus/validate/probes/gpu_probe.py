@@ -11,36 +11,20 @@ Only the standard library and torch; about 2-4 s per GPU on an H100.
 from __future__ import annotations
 
 import argparse
-import importlib
-import json
+import contextlib
 import math
 import sys
 import time
 from typing import Any
 
-MARKER = "GPUCLUS_PROBE"
+# Imported from the package; shipped inline, common.py's text has already run.
+with contextlib.suppress(ImportError):
+    from gpuclus.validate.probes.common import emit, load_torch
 
 # Largest relative error (Frobenius norm over a sample of the product) that a
 # bf16 matmul with fp32 accumulation can show against an fp32 reference.
 # Rounding the output to bf16 alone gives ~0.2 %; a broken GPU gives O(1).
 MATMUL_MAX_REL_ERROR = 0.02
-
-
-def emit(payload: dict[str, Any]) -> None:
-    print(f"{MARKER} {json.dumps(payload, sort_keys=True)}", flush=True)
-
-
-def load_torch() -> tuple[Any, str | None]:
-    """(torch, None) when torch can drive a GPU here, else (None or torch, an error code)."""
-    try:
-        torch = importlib.import_module("torch")
-    except ImportError:
-        return None, "no-torch"
-    if getattr(torch.version, "cuda", None) is None:
-        return torch, "no-torch-cuda"
-    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
-        return torch, "cuda-unavailable"
-    return torch, None
 
 
 def tflops(size: int, iterations: int, seconds: float) -> float:

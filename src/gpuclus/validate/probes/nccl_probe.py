@@ -13,54 +13,21 @@ Exit 0 whatever the bandwidth; 1 only when the probe itself broke.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import importlib
-import json
 import os
-import re
 import socket
 import sys
 import time
-from collections.abc import Mapping
 from typing import Any
 
-MARKER = "GPUCLUS_PROBE"
-# Ports 20000-39999, one per job: two probes at once on one node do not collide.
-PORT_BASE = 20000
-PORT_SPAN = 20000
+# Imported from the package; shipped inline, common.py's text has already run.
+with contextlib.suppress(ImportError):
+    from gpuclus.validate.probes.common import emit, load_torch, rendezvous
+
 # Values each element of the check tensor cycles through (see expected_sum).
 PATTERN_PERIOD = 7
-
-
-def emit(payload: dict[str, Any]) -> None:
-    print(f"{MARKER} {json.dumps(payload, sort_keys=True)}", flush=True)
-
-
-def first_host(nodelist: str) -> str:
-    """The first host of a Slurm hostlist: 'gpu[01-04,07],login1' → 'gpu01'."""
-    text = nodelist.strip()
-    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?([^,]*)", text)
-    if not match:
-        return text
-    prefix, ranges, suffix = match.group(1), match.group(2), match.group(3)
-    if ranges is None:
-        return prefix + suffix
-    first = ranges.split(",")[0].split("-")[0]
-    return prefix + first + suffix
-
-
-def rendezvous(env: Mapping[str, str]) -> dict[str, Any]:
-    """rank, world, local rank, master address and port from Slurm's (or torchrun's) variables."""
-    rank = int(env.get("RANK", env.get("SLURM_PROCID", "0")))
-    world = int(env.get("WORLD_SIZE", env.get("SLURM_NTASKS", "1")))
-    local = int(env.get("LOCAL_RANK", env.get("SLURM_LOCALID", "0")))
-    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""
-    address = env.get("MASTER_ADDR") or (first_host(nodelist) if nodelist else "127.0.0.1")
-    if env.get("MASTER_PORT"):
-        port = int(env["MASTER_PORT"])
-    else:
-        port = PORT_BASE + int(env.get("SLURM_JOB_ID", "0")) % PORT_SPAN
-    return {"rank": rank, "world": world, "local": local, "address": address, "port": port}
 
 
 def bus_bandwidth(algbw: float, ranks: int) -> float:
@@ -71,18 +38,6 @@ def bus_bandwidth(algbw: float, ranks: int) -> float:
 def expected_sum(world: int, position: int) -> float:
     """What element ``position`` holds after the all-reduce of rank r's (r + 1 + position % 7)."""
     return world * (world + 1) / 2 + world * (position % PATTERN_PERIOD)
-
-
-def load_torch() -> tuple[Any, str | None]:
-    try:
-        torch = importlib.import_module("torch")
-    except ImportError:
-        return None, "no-torch"
-    if getattr(torch.version, "cuda", None) is None:
-        return torch, "no-torch-cuda"
-    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
-        return torch, "cuda-unavailable"
-    return torch, None
 
 
 def measure(torch: Any, where: dict[str, Any], mib: int, warmup: int, iterations: int) -> dict[str, Any]:
