@@ -40,3 +40,14 @@ def test_every_field_is_documented() -> None:
         }
     )
     assert not missing, f"docs/spec.md does not mention: {missing}"
+
+
+VALIDATE_DOCS = [SPEC_DOC.parent / "validate.md", SPEC_DOC.parent / "validate-gpu.md"]
+
+
+def test_every_validate_check_has_a_section_with_its_level() -> None:
+    from gpuclus.validate.registry import all_checks
+
+    text = "\n".join(path.read_text() for path in VALIDATE_DOCS)
+    missing = [check.id for check in all_checks() if f"`{check.id}` ({check.level.label})" not in text]
+    assert not missing, f"docs/validate*.md lack a '`id` (level)' heading for: {missing}"

@@ -505,7 +505,7 @@ def test_munge_on_recorded_output_decodes_on_every_other_node_over_ssh() -> None
     assert len(lines) == 2 and all(line.startswith("ssh -o BatchMode=yes") for line in lines)
     # The credential travels as one quoted word, into unmunge on the node.
     inner = shlex.split(lines[0])[-1]
-    assert inner == f"printf '%s\\n' {MUNGE_CREDENTIAL.stdout.strip()!r} | unmunge 2>&1 | head -n 1"
+    assert inner == f"printf '%s\\n' {shlex.quote(MUNGE_CREDENTIAL.stdout.strip())} | unmunge 2>&1 | head -n 1"
 
 
 def test_munge_recorded_replaced_key_fails_that_node() -> None:

@@ -29,7 +29,7 @@ def munge_decodes(ctx: Context) -> Outcome:
         )
     token = credential.stdout.strip()
     nodes = [node for node in ctx.selected if node.name != ctx.controller.name]
-    answers = ctx.ssh_each(f"printf '%s\\n' {token!r} | {_UNMUNGE}", nodes)
+    answers = ctx.ssh_each(f"printf '%s\\n' {shlex.quote(token)} | {_UNMUNGE}", nodes)
     results = []
     for node in nodes:
         answer = answers[node.name]
