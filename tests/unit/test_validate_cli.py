@@ -339,3 +339,10 @@ def test_container_image_option_reaches_the_pyxis_job(tmp_path: Path, session: S
     )
     assert result.exit_code == 0, result.output
     assert len(session.remote.matching("--container-image=/shared/u.sqsh")) == 2
+
+
+def test_junit_into_a_missing_directory_is_refused_before_anything_runs(tmp_path: Path, session: Session) -> None:
+    result = validate(str(spec_file(tmp_path)), "--junit", str(tmp_path / "no-such-dir" / "validate.xml"))
+    assert result.exit_code == 2, result.output
+    assert "no directory" in result.stderr
+    assert session.remote.matching("scontrol") == []

@@ -71,6 +71,8 @@ def validate(
             _list(out, checks)
             return
         chosen = select(checks, depth, _split(only))
+        if junit is not None and not junit.parent.is_dir():
+            raise UsageError(f"--junit {junit}: no directory {junit.parent}", "create it, or write the file elsewhere")
         loaded = load_checked_spec(spec, out)
         selected = _selected_nodes(loaded.topology, nodes)
         report = _run(out, spec, loaded, chosen, depth, selected, container_image)
