@@ -4,7 +4,14 @@ Prints one line per figure. Targets (issue 4, 2-core CI host): fresh deploy of
 3 nodes <= 120 s, the slurm phase <= 45 s, no-change re-deploy changed=0 in
 <= 20 s, and (with --compare 12) 12-node / 3-node time <= 1.6. Needs root.
 
-    sudo .venv/bin/python benchmarks/deploy.py [--nodes 3] [--compare 12]
+For each deploy it also prints where the CPU went: host-wide CPU-seconds (from
+/proc/stat), the node containers' share (their cgroups' cpuacct.usage, cgroup
+v1 or cpu.stat on v2) and the rest (Ansible and SSH on the control machine),
+per phase (phases laid back to back from the end of the run), and the
+CPU-bound floor: CPU-seconds / cores, the shortest wall time the work could
+take if every core were busy all the time.
+
+    sudo .venv/bin/python benchmarks/deploy.py [--nodes 3] [--compare 12] [--fresh-only]
 """
 
 from __future__ import annotations
@@ -12,9 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -37,25 +46,157 @@ def load() -> str:
     return f"{os.getloadavg()[0]:.1f}"
 
 
-def measure(nodes: int) -> tuple[float, dict[str, Any], float, dict[str, Any]]:
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def host_cpu_seconds() -> float:
+    """CPU-seconds spent on the whole host since boot (every state but idle and iowait)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    # user nice system idle iowait irq softirq steal (guest time is inside user)
+    busy = sum(int(value) for index, value in enumerate(fields[:8]) if index not in (3, 4))
+    return busy / CLOCK_TICKS
+
+
+def cgroup_usage_file(name: str) -> Path | None:
+    """The file holding a container's CPU time in nanoseconds (v1) or microseconds (v2 cpu.stat)."""
+    found = subprocess.run(
+        ["podman", "inspect", "--format", "{{.State.CgroupPath}}|{{.Id}}", name],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    path, _, container_id = found.partition("|")
+    roots = [Path("/sys/fs/cgroup/cpuacct"), Path("/sys/fs/cgroup/cpu,cpuacct")]
+    for root in roots:
+        if path and (root / path.lstrip("/") / "cpuacct.usage").exists():
+            return root / path.lstrip("/") / "cpuacct.usage"
+        if container_id:
+            for candidate in root.glob(f"**/*{container_id}*/cpuacct.usage"):
+                return candidate
+    unified = Path("/sys/fs/cgroup") / path.lstrip("/") / "cpu.stat"
+    return unified if path and unified.exists() else None
+
+
+def read_usage(path: Path) -> float:
+    """CPU-seconds in one container's cgroup."""
+    text = path.read_text()
+    if path.name == "cpu.stat":
+        return int(text.split("usage_usec")[1].split()[0]) / 1e6
+    return int(text) / 1e9
+
+
+class CpuMeter:
+    """Samples host and node-container CPU-seconds once a second while a deploy runs."""
+
+    def __init__(self, cluster: str) -> None:
+        names = subprocess.run(
+            ["podman", "ps", "--filter", f"label=gpuclus.sandbox={cluster}", "--format", "{{.Names}}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.split()
+        self.files = {name: cgroup_usage_file(name) for name in names}
+        self.samples: list[tuple[float, float, float]] = []  # (monotonic, host CPU-s, nodes CPU-s)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> None:
+        nodes = sum(read_usage(path) for path in self.files.values() if path is not None)
+        self.samples.append((time.monotonic(), host_cpu_seconds(), nodes))
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            self.sample()
+
+    def __enter__(self) -> CpuMeter:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+    def between(self, start: float, end: float) -> tuple[float, float]:
+        """(host, nodes) CPU-seconds between two monotonic times (nearest samples)."""
+
+        def at(moment: float) -> tuple[float, float]:
+            nearest = min(self.samples, key=lambda sample: abs(sample[0] - moment))
+            return nearest[1], nearest[2]
+
+        first, last = at(start), at(end)
+        return last[0] - first[0], last[1] - first[1]
+
+    def summary(self, payload: dict[str, Any]) -> dict[str, Any]:
+        start, end = self.samples[0][0], self.samples[-1][0]
+        host, nodes = self.between(start, end)
+        missing = sorted(name for name, path in self.files.items() if path is None)
+        phases = []
+        # The record gives each phase's duration; lay them back to back ending
+        # where the run ended (render and preflight come before the first one).
+        moment = end
+        for phase in reversed(payload.get("phases", [])):
+            phase_host, phase_nodes = self.between(moment - phase["seconds"], moment)
+            phases.append({"name": phase["name"], "host": phase_host, "nodes": phase_nodes})
+            moment -= phase["seconds"]
+        return {
+            "host": host,
+            "nodes": nodes,
+            "controller": host - nodes,
+            "cores": os.cpu_count() or 1,
+            "missing": missing,
+            "phases": list(reversed(phases)),
+        }
+
+
+def deploy(spec: str, cluster: str) -> tuple[float, dict[str, Any]]:
+    before = load()
+    with CpuMeter(cluster) as meter:
+        started = time.perf_counter()
+        payload = gpuclus("deploy", spec)
+        seconds = time.perf_counter() - started
+    payload["load"] = f"{before} -> {load()}"
+    payload["cpu"] = meter.summary(payload)
+    return seconds, payload
+
+
+def measure(
+    nodes: int, fresh_only: bool = False, keep_runs: Path | None = None
+) -> tuple[float, dict[str, Any], float, dict[str, Any]]:
+    cluster = f"bench{nodes}"
     with tempfile.TemporaryDirectory() as scratch:
         spec = str(Path(scratch) / "sandbox.yaml")
-        gpuclus("sandbox", "up", "--name", f"bench{nodes}", "--nodes", str(nodes), "--spec", spec)
+        gpuclus("sandbox", "up", "--name", cluster, "--nodes", str(nodes), "--spec", spec)
         try:
-            before = load()
-            started = time.perf_counter()
-            fresh = gpuclus("deploy", spec)
-            fresh_seconds = time.perf_counter() - started
-            fresh["load"] = f"{before} -> {load()}"
-            started = time.perf_counter()
-            again = gpuclus("deploy", spec)
-            again_seconds = time.perf_counter() - started
-            again["load"] = f"{fresh['load'].split(' -> ')[1]} -> {load()}"
+            # Let the fresh nodes finish booting before the clock starts.
+            time.sleep(5)
+            fresh_seconds, fresh = deploy(spec, cluster)
+            again_seconds, again = (0.0, {}) if fresh_only else deploy(spec, cluster)
         finally:
+            if keep_runs is not None:
+                # The run records (Ansible's log with profile_tasks timings) for a closer look.
+                shutil.copytree(Path(scratch) / ".gpuclus" / "runs", keep_runs / cluster, dirs_exist_ok=True)
             subprocess.run(
                 [sys.executable, "-m", "gpuclus", "sandbox", "down", "--spec", spec], capture_output=True, check=False
             )
     return fresh_seconds, fresh, again_seconds, again
+
+
+def cpu_line(nodes: int, what: str, seconds: float, payload: dict[str, Any]) -> str:
+    cpu = payload["cpu"]
+    floor = cpu["host"] / cpu["cores"]
+    phases = ", ".join(
+        f"{phase['name']} {phase['nodes']:.0f}+{phase['host'] - phase['nodes']:.0f}" for phase in cpu["phases"]
+    )
+    line = (
+        f"{nodes} nodes: {what} CPU {cpu['host']:.0f} CPU-s (nodes {cpu['nodes']:.0f}, controller and rest"
+        f" {cpu['controller']:.0f}); CPU-bound floor {floor:.0f} s on {cpu['cores']} cores"
+        f" = {floor / seconds:.0%} of the {seconds:.0f} s wall; per phase nodes+controller CPU-s: {phases}"
+    )
+    if cpu["missing"]:
+        line += f" (no cgroup found for {', '.join(cpu['missing'])})"
+    return line
 
 
 def report(
@@ -63,6 +204,10 @@ def report(
 ) -> None:
     phases = ", ".join(f"{phase['name']} {phase['seconds']:.0f} s" for phase in fresh["phases"])
     print(f"{nodes} nodes: fresh deploy {fresh_seconds:.0f} s ({phases}; load {fresh['load']}) (target <= 120 s for 3)")
+    print(cpu_line(nodes, "fresh deploy", fresh_seconds, fresh))
+    if not again:
+        return
+    print(cpu_line(nodes, "no-change deploy", again_seconds, again))
     phases = ", ".join(f"{phase['name']} {phase['seconds']:.1f} s" for phase in again["phases"])
     print(
         f"{nodes} nodes: no-change deploy {again_seconds:.1f} s, changed={again['changed']}"
@@ -74,11 +219,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--compare", type=int, default=0, help="also measure this many nodes and print the ratio")
+    parser.add_argument("--fresh-only", action="store_true", help="skip the no-change re-deploys")
+    parser.add_argument("--keep-runs", type=Path, help="copy the run records (Ansible logs) into this directory")
     options = parser.parse_args()
-    base = measure(options.nodes)
+    base = measure(options.nodes, options.fresh_only, options.keep_runs)
     report(options.nodes, *base)
     if options.compare:
-        other = measure(options.compare)
+        other = measure(options.compare, options.fresh_only, options.keep_runs)
         report(options.compare, *other)
         print(f"fresh deploy {options.compare} / {options.nodes} nodes: {other[0] / base[0]:.2f} (target <= 1.6)")
 
