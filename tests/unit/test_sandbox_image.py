@@ -117,6 +117,9 @@ def apt_root(tmp_path: Path) -> Path:
     )
     write(root / "apt.conf.d/20packagekit", 'DPkg::Post-Invoke { "/usr/bin/test -e x || true"; };\n')
     write(root / "apt.conf.d/99empty", "")
+    write(root / "apt.conf.d/docker-clean", 'Dir::Cache::pkgcache "";\nDir::Cache::srcpkgcache "";\n')
+    write(root / "apt.conf.d/docker-gzip-indexes", 'Acquire::GzipIndexes "true";\n')
+    write(root / "apt.conf.d/docker-no-languages", '# keeps GzipIndexes as it is\nAcquire::Languages "none";\n')
     write(root / "auth.conf.d/mirror.conf", "machine mirror.example.net login u password p\n")
     (root / "trusted.gpg.d").mkdir()
     return root
@@ -128,6 +131,7 @@ def test_host_apt_files(apt_root: Path) -> None:
         "sources.list.d/debian.sources",
         "sources.list.d/extra.list",
         "apt.conf.d/80proxy",
+        "apt.conf.d/docker-no-languages",
         "auth.conf.d/mirror.conf",
     }
     assert files["sources.list.d/debian.sources"] == DEB822

@@ -156,11 +156,20 @@ def _codename(os_release: Path) -> str | None:
     return match.group(1) if match else None
 
 
+# apt settings that only keep container image layers small (Debian's docker
+# images ship them as docker-clean and docker-gzip-indexes): no binary package
+# cache and compressed lists. In a node every apt, apt-mark and python-apt
+# run would then rebuild the cache from compressed lists (~0.5-1 CPU-s each,
+# measured); a real Debian server keeps apt's defaults, and so do the nodes.
+LAYER_SIZE_SETTINGS = ("Dir::Cache::pkgcache", "Dir::Cache::srcpkgcache", "GzipIndexes")
+
+
 def host_apt_files(apt_root: Path) -> tuple[tuple[str, str], ...]:
     """Host apt sources and settings worth copying into nodes.
 
     Settings with Invoke hooks are left out: they call programs (PackageKit,
-    appstream) that nodes do not have, and apt would fail on them.
+    appstream) that nodes do not have, and apt would fail on them. So are
+    settings that only shrink container image layers (LAYER_SIZE_SETTINGS).
     """
     found: list[tuple[str, str]] = []
     candidates = [apt_root / "sources.list"]
@@ -175,8 +184,14 @@ def host_apt_files(apt_root: Path) -> tuple[tuple[str, str], ...]:
             continue
         if "Invoke" in text or not text.strip():
             continue
+        if any(setting in _without_comments(text) for setting in LAYER_SIZE_SETTINGS):
+            continue
         found.append((str(path.relative_to(apt_root)), text))
     return tuple(found)
+
+
+def _without_comments(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith(("#", "//")))
 
 
 def host_mirror(apt_root: Path) -> str:
