@@ -160,7 +160,8 @@ def test_entry_playbook_quotes_paths(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_no_secret_reaches_the_run(state: StateDir, rendered: dict[str, str]) -> None:
     config = prepare(state, rendered, limit="gpu01", check=True)
     secrets = ensure_secrets(state)
-    assert config.extravars == {"gpuclus_secrets_dir": str(secrets.directory.resolve())}
+    assert config.extravars["gpuclus_secrets_dir"] == str(secrets.directory.resolve())
+    assert config.extravars["gpuclus_run_phases"] == list(config.phases)
     assert Path(config.extravars["gpuclus_secrets_dir"]).is_dir()
     written = json.dumps(config.runner_kwargs()) + "".join(
         path.read_text() for path in config.run_dir.rglob("*") if path.is_file()

@@ -174,7 +174,12 @@ def prepare_run(
         inventory=(run_dir / "inventory" / "hosts.yml").resolve(),
         phases=tuple(phase.value for phase in phases),
         envvars=ansible_environment(state, len(hosts)),
-        extravars={"gpuclus_secrets_dir": str(secrets_dir.resolve())},
+        # The phases of this run: the base phase installs their packages in
+        # its one apt transaction per node (playbooks/base.yml).
+        extravars={
+            "gpuclus_secrets_dir": str(secrets_dir.resolve()),
+            "gpuclus_run_phases": [phase.value for phase in phases],
+        },
         limit=limit,
         check=check,
         verbosity=verbosity,
