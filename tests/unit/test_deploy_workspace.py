@@ -299,3 +299,8 @@ def test_new_run_ids_sort_by_time() -> None:
 def test_new_run_ids_in_the_same_second_differ() -> None:
     now = datetime(2026, 3, 1, tzinfo=UTC)
     assert len({new_run_id(now) for _ in range(20)}) > 1
+
+
+def test_main_loop_does_not_spin(state: StateDir, rendered: dict[str, str]) -> None:
+    # Ansible's default 1 ms poll took CPU from the nodes on the 2-core CI host.
+    assert float(prepare(state, rendered).envvars["ANSIBLE_INTERNAL_POLL_INTERVAL"]) >= 0.01
