@@ -207,12 +207,12 @@ def report(
     print(cpu_line(nodes, "fresh deploy", fresh_seconds, fresh))
     if not again:
         return
-    print(cpu_line(nodes, "no-change deploy", again_seconds, again))
     phases = ", ".join(f"{phase['name']} {phase['seconds']:.1f} s" for phase in again["phases"])
     print(
         f"{nodes} nodes: no-change deploy {again_seconds:.1f} s, changed={again['changed']}"
         f" ({phases}; load {again['load']}) (target <= 20 s)"
     )
+    print(cpu_line(nodes, "no-change deploy", again_seconds, again))
 
 
 def main() -> None:
