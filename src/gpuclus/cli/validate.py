@@ -23,8 +23,8 @@ def validate(
         str,
         typer.Option(
             "--level",
-            help="quick (Slurm state, auth, launch, GRES, monitoring), standard (+ storage, GPU isolation, "
-            "containers, accounting) or full (+ GPU performance, NCCL, DDP).",
+            help="quick (Slurm state, munge, launch, GRES, nvidia-smi, Prometheus), standard (+ MPI, storage, "
+            "GPU isolation and driver, containers, accounting) or full (+ GPU performance, NCCL, DDP).",
         ),
     ] = "standard",
     only: Annotated[
@@ -48,7 +48,7 @@ def validate(
 
     Connects to the controller over SSH (gpuclus' key and known_hosts) and runs
     each check there: Slurm's state against the spec, munge and job launch on
-    every node, GRES devices, shared storage, GPUs (real ones only; fake GPUs
+    every node, GRES devices, MPI, shared storage, GPUs (real ones only; fake GPUs
     are SKIP), containers, accounting and Prometheus targets. Every job is
     named gpuclus-validate-<id>, time-limited, and cancelled at the end, also
     on Ctrl-C. docs/validate.md describes each check and how to repeat it by hand.
