@@ -274,17 +274,6 @@ def test_parse_partitions_on_recorded_sinfo_output() -> None:
     assert slurm.SINFO_PARTITIONS == "sinfo --noheader --format='%R|%a|%D|%N'"
 
 
-def test_nodes_named_in_errors_on_recorded_srun_stderr() -> None:
-    stderr = SRUN_TASK_LAUNCH_FAILED.stderr
-    assert slurm.nodes_named_in_errors(stderr, COMPUTE) == [GPU01]
-    assert slurm.nodes_named_in_errors(SRUN_NODES_BUSY.stderr, COMPUTE) == []
-    # Exact names only: val-gpu01 is not val-gpu010, and lines without "error" blame nobody.
-    assert slurm.nodes_named_in_errors("srun: error: val-gpu010: task 0: Exited\n", [GPU01]) == []
-    assert slurm.nodes_named_in_errors("srun: Job step aborted on val-gpu02\n", COMPUTE) == []
-    both = "srun: error: val-gpu02: task 1: Exited\nsrun: error: val-gpu01: task 0: Killed\nsrun: error: val-gpu02\n"
-    assert slurm.nodes_named_in_errors(both, COMPUTE) == [GPU02, GPU01]
-
-
 def test_first_error_line() -> None:
     stderr = "srun: job 13 queued and waiting for resources\n" + SRUN_TASK_LAUNCH_FAILED.stderr
     assert slurm.first_error_line(stderr) == SRUN_TASK_LAUNCH_FAILED.stderr.strip()

@@ -231,7 +231,7 @@ def test_nvidia_smi_job_refused_reports_srun_error() -> None:
     ],
 )
 def test_model_matches_whole_words_ignoring_case_and_dashes(wanted: str, name: str, matches: bool) -> None:
-    assert gpu.model_matches(wanted, name) is matches
+    assert thresholds.model_matches(wanted, name) is matches
 
 
 # --- fake GPUs, no GPUs ------------------------------------------------------------------
@@ -876,10 +876,9 @@ def test_probe_rendezvous_from_slurm_variables() -> None:
         "SLURM_JOB_ID": "123456",
         "SLURM_JOB_NODELIST": "gpu[03-04]",
     }
-    where = nccl_probe.rendezvous(env)
+    where = common.rendezvous(env)
     assert where == {"rank": 5, "world": 16, "local": 1, "address": "gpu03", "port": 20000 + 123456 % 20000}
-    assert ddp_probe.rendezvous(env) == where
-    assert nccl_probe.rendezvous({**env, "MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29500"})["port"] == 29500
+    assert common.rendezvous({**env, "MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29500"})["port"] == 29500
 
 
 def test_probe_all_reduce_check_pattern_sums() -> None:

@@ -173,18 +173,6 @@ def parse_partitions(text: str) -> dict[str, PartitionInfo]:
 # --- srun output -------------------------------------------------------------
 
 
-def nodes_named_in_errors(stderr: str, candidates: list[str]) -> list[str]:
-    """Which of ``candidates`` srun's error text blames (exact names only)."""
-    named: list[str] = []
-    for line in stderr.splitlines():
-        if "error" not in line.lower():
-            continue
-        for candidate in candidates:
-            if re.search(rf"(?<![A-Za-z0-9-]){re.escape(candidate)}(?![A-Za-z0-9-])", line) and candidate not in named:
-                named.append(candidate)
-    return named
-
-
 def job_failure(result: CommandResult) -> str:
     """One line on why an srun failed: srun's own error, or that it ran out of time."""
     if result.exit_status == TIMED_OUT:

@@ -156,11 +156,6 @@ def _smi_answers(ctx: Context, nodes: list[Node]) -> dict[str, SmiAnswer]:
     return {node.name: known[node.name] for node in nodes}
 
 
-def model_matches(wanted: str, name: str) -> bool:
-    """Spec gpus.model against nvidia-smi's name: case-insensitive, '-'/' ' ignored, whole words."""
-    return thresholds.model_matches(wanted, name)
-
-
 def nvidia_smi_inventory(ctx: Context) -> Outcome:
     scope = _scope(ctx)
     if isinstance(scope, Outcome):
@@ -183,7 +178,7 @@ def nvidia_smi_inventory(ctx: Context) -> Outcome:
         if len(answer.gpus) != want:
             wrong_count = True
             problems.append(f"nvidia-smi lists {len(answer.gpus)} GPU(s) in a job given gpu:{want}")
-        if model and not all(model_matches(model, name) for name in names):
+        if model and not all(thresholds.model_matches(model, name) for name in names):
             wrong_model = True
             problems.append(f"{', '.join(names)} is not a {model}")
         summary = f"{len(answer.gpus)} x {', '.join(names)}, driver {', '.join(answer.drivers)}"

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 MARKER = "GPUCLUS_PROBE"
@@ -62,3 +63,23 @@ def rendezvous(env: Mapping[str, str]) -> dict[str, Any]:
     else:
         port = PORT_BASE + int(env.get("SLURM_JOB_ID", "0")) % PORT_SPAN
     return {"rank": rank, "world": world, "local": local, "address": address, "port": port}
+
+
+def run_distributed(probe: str, work: Callable[[Any, dict[str, Any]], dict[str, Any]]) -> int:
+    """One rank of a multi-process probe: find the rendezvous, load torch, run ``work``, rank 0 reports.
+
+    Missing torch is an answer (exit 0); a crash is reported with its rank (exit 1).
+    """
+    where = rendezvous(os.environ)
+    torch, error = load_torch()
+    if error:
+        emit({"probe": probe, "error": error, "rank": where["rank"]})
+        return 0
+    try:
+        result = work(torch, where)
+    except Exception as exc:
+        emit({"probe": probe, "error": f"{type(exc).__name__}: {exc}"[:400], "rank": where["rank"]})
+        return 1
+    if where["rank"] == 0:
+        emit(result)
+    return 0

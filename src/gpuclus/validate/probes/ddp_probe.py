@@ -22,7 +22,7 @@ from typing import Any
 
 # Imported from the package; shipped inline, common.py's text has already run.
 with contextlib.suppress(ImportError):
-    from gpuclus.validate.probes.common import emit, load_torch, rendezvous
+    from gpuclus.validate.probes.common import run_distributed
 
 # After identical all-reduced gradient steps every replica holds the same
 # weights; allow for nothing but summation-order noise in the checksum.
@@ -153,19 +153,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--steps", type=int, default=12)
     args = parser.parse_args(argv)
-    where = rendezvous(os.environ)
-    torch, error = load_torch()
-    if error:
-        emit({"probe": "ddp", "error": error, "rank": where["rank"]})
-        return 0
-    try:
-        result = run(torch, where, args)
-    except Exception as exc:
-        emit({"probe": "ddp", "error": f"{type(exc).__name__}: {exc}"[:400], "rank": where["rank"]})
-        return 1
-    if where["rank"] == 0:
-        emit(result)
-    return 0
+    return run_distributed("ddp", lambda torch, where: run(torch, where, args))
 
 
 if __name__ == "__main__":

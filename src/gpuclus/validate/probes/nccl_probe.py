@@ -24,7 +24,7 @@ from typing import Any
 
 # Imported from the package; shipped inline, common.py's text has already run.
 with contextlib.suppress(ImportError):
-    from gpuclus.validate.probes.common import emit, load_torch, rendezvous
+    from gpuclus.validate.probes.common import run_distributed
 
 # Values each element of the check tensor cycles through (see expected_sum).
 PATTERN_PERIOD = 7
@@ -105,19 +105,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=20)
     args = parser.parse_args(argv)
-    where = rendezvous(os.environ)
-    torch, error = load_torch()
-    if error:
-        emit({"probe": "nccl", "error": error, "rank": where["rank"]})
-        return 0
-    try:
-        result = measure(torch, where, args.mib, args.warmup, args.iterations)
-    except Exception as exc:
-        emit({"probe": "nccl", "error": f"{type(exc).__name__}: {exc}"[:400], "rank": where["rank"]})
-        return 1
-    if where["rank"] == 0:
-        emit(result)
-    return 0
+    return run_distributed("nccl", lambda torch, where: measure(torch, where, args.mib, args.warmup, args.iterations))
 
 
 if __name__ == "__main__":
