@@ -1,45 +1,32 @@
-"""Every check validate knows, in the order they run, and how a run picks among them."""
+"""Every check validate knows, in the order they run, and how a run picks among them.
+
+Each stage module under ``validate.checks`` lists its checks in ``CHECKS``;
+this module only reads those lists (the checks never import it back).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 from gpuclus.errors import UsageError
-from gpuclus.validate.context import Context
-from gpuclus.validate.model import Level, Outcome
+from gpuclus.validate.check import Check
+from gpuclus.validate.checks import accounting, cluster, containers, gpu, launch, monitoring, storage
+from gpuclus.validate.model import Level
 
+# Each stage's checks, stages in run order.
+_STAGE_CHECKS: dict[str, list[Check]] = {
+    "cluster": cluster.CHECKS,
+    "launch": launch.CHECKS,
+    "storage": storage.CHECKS,
+    "gpu": gpu.CHECKS,
+    "containers": containers.CHECKS,
+    "accounting": accounting.CHECKS,
+    "monitoring": monitoring.CHECKS,
+}
 # Stages in run order; a table groups results by them.
-STAGES = ("cluster", "launch", "storage", "gpu", "containers", "accounting", "monitoring")
-
-
-@dataclass(frozen=True)
-class Check:
-    id: str  # stable: "<stage>.<name>", used by --only, JSON, JUnit and docs/validate.md
-    level: Level
-    title: str
-    run: Callable[[Context], Outcome]
-    # Needs slurmctld: skipped (not failed again) when cluster.slurmctld failed.
-    needs_slurm: bool = True
-
-    @property
-    def stage(self) -> str:
-        return self.id.split(".", 1)[0]
+STAGES = tuple(_STAGE_CHECKS)
 
 
 def all_checks() -> list[Check]:
-    from gpuclus.validate.checks import accounting, cluster, containers, gpu, launch, monitoring, storage
-
-    checks = [
-        *cluster.CHECKS,
-        *launch.CHECKS,
-        *storage.CHECKS,
-        *gpu.CHECKS,
-        *containers.CHECKS,
-        *accounting.CHECKS,
-        *monitoring.CHECKS,
-    ]
-    return sorted(checks, key=lambda check: STAGES.index(check.stage))
+    return [check for stage in STAGES for check in _STAGE_CHECKS[stage]]
 
 
 def select(checks: list[Check], level: Level, only: list[str] | None) -> list[Check]:

@@ -21,9 +21,9 @@ from gpuclus.spec.models import ClusterSpec
 from gpuclus.spec.topology import Node, Topology
 from gpuclus.ssh.client import SshFailure, SshTarget, connect
 from gpuclus.validate import slurm
+from gpuclus.validate.check import Check
 from gpuclus.validate.context import Context, Options
 from gpuclus.validate.model import CheckResult, Level, Outcome, Status
-from gpuclus.validate.registry import Check
 from gpuclus.validate.remote import Remote
 
 Progress = Callable[[Check, CheckResult | None], None]  # called before (None) and after each check

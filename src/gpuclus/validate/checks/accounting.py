@@ -5,9 +5,9 @@ from __future__ import annotations
 import shlex
 import time
 
+from gpuclus.validate.check import Check
 from gpuclus.validate.context import Context
 from gpuclus.validate.model import Level, Outcome, Status, skipped
-from gpuclus.validate.registry import Check
 
 # slurmctld sends finished jobs to slurmdbd in the background: rows appear
 # a few seconds after a job ends.

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from gpuclus.validate import slurm
+from gpuclus.validate.check import Check
 from gpuclus.validate.context import Context
 from gpuclus.validate.model import Level, NodeResult, Outcome, Status
-from gpuclus.validate.registry import Check
 
 USABLE = "idle|mixed|allocated"
 RESUME_HINT = "fix the cause, then `sudo scontrol update nodename=NODE state=resume` on the controller"

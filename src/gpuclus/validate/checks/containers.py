@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from gpuclus.validate import slurm
+from gpuclus.validate.check import Check
 from gpuclus.validate.context import Context
 from gpuclus.validate.model import Level, NodeResult, Outcome, Status, skipped
-from gpuclus.validate.registry import Check
 
 # Enroot pulls the image on first use: minutes on a slow link, seconds after.
 PULL_TIME_LIMIT_S = 600

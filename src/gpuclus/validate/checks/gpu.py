@@ -23,9 +23,9 @@ from typing import Any
 from gpuclus.spec.topology import Node
 from gpuclus.ssh.client import CommandResult
 from gpuclus.validate import probes, slurm, thresholds
+from gpuclus.validate.check import Check
 from gpuclus.validate.context import Context
 from gpuclus.validate.model import Level, NodeResult, Outcome, Status, skipped, worst
-from gpuclus.validate.registry import Check
 from gpuclus.validate.remote import TIMED_OUT
 
 FAKE_REASON = "fake GPUs (gpus.fake: true): no driver, nothing to measure"

@@ -10,9 +10,9 @@ from gpuclus.spec import hostlist
 from gpuclus.spec.topology import Node
 from gpuclus.ssh.client import CommandResult
 from gpuclus.validate import slurm
+from gpuclus.validate.check import Check
 from gpuclus.validate.context import Context
 from gpuclus.validate.model import Level, NodeResult, Outcome, Status, skipped
-from gpuclus.validate.registry import Check
 
 # A credential made on the controller, decoded on the node through SSH (not
 # Slurm: when munge is broken, Slurm cannot start the job that would test it).

@@ -6,9 +6,9 @@ import json
 import shlex
 from typing import Any
 
+from gpuclus.validate.check import Check
 from gpuclus.validate.context import Context
 from gpuclus.validate.model import Level, NodeResult, Outcome, Status, skipped, worst
-from gpuclus.validate.registry import Check
 
 PROMETHEUS_PORT = 9090
 # Prometheus keeps a target "up" until its next scrape fails (15 s by

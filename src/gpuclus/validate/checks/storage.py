@@ -8,9 +8,9 @@ import shlex
 from gpuclus.spec.models import NfsExport, Role
 from gpuclus.spec.topology import Node
 from gpuclus.ssh.client import CommandResult
+from gpuclus.validate.check import Check
 from gpuclus.validate.context import Context
 from gpuclus.validate.model import Level, NodeResult, Outcome, Status, skipped
-from gpuclus.validate.registry import Check
 
 # Kernels without an NFS client (the sandbox's containers share such a
 # kernel) cannot mount the export at all; there the export is read over the
