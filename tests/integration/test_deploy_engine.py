@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from gpuclus.sandbox.image import ADMIN_USER
-from gpuclus.secrets import Secrets
+from gpuclus.secret_files import Secrets
 from gpuclus.ssh.client import SshTarget, run_once
 from gpuclus.state import StateDir
 

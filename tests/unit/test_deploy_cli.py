@@ -2,7 +2,7 @@
 
 Nothing here touches the network or runs Ansible: the SSH preflight is
 replaced by a fake that records its calls and returns canned reports, SSH
-connections and service.execute are traps, and every deploy below is refused
+connections and pipeline.execute are traps, and every deploy below is refused
 before a run starts.
 """
 
@@ -16,11 +16,11 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuclus.cli import preflight as preflight_cli
-from gpuclus.deploy import service
+from gpuclus.deploy import pipeline
 from gpuclus.deploy.events import EventTranslator
 from gpuclus.deploy.records import RecordBuilder, RunRecord, runs_dir
 from gpuclus.ssh import client as ssh_client
-from gpuclus.ssh.preflight import Check, NodeReport
+from gpuclus.ssh.preflight import NodeReport, PreflightCheck
 from gpuclus.state import StateDir
 
 runner = CliRunner()
@@ -103,7 +103,7 @@ def preflight(monkeypatch: pytest.MonkeyPatch) -> FakePreflight:
 
         return refuse
 
-    monkeypatch.setattr(service, "execute", trap("service.execute: Ansible would have run"))
+    monkeypatch.setattr(pipeline, "execute", trap("pipeline.execute: Ansible would have run"))
     monkeypatch.setattr(ssh_client, "connect", trap("ssh.client.connect"))
     fake = FakePreflight()
     monkeypatch.setattr(preflight_cli, "run_for_spec", fake)
@@ -259,7 +259,9 @@ def test_deploy_runs_the_preflight_first(tmp_path: Path, preflight: FakePrefligh
 
 def unreachable(node: str, address: str) -> NodeReport:
     hint = "install gpuclus' key: `gpuclus preflight --password` (asks for ubuntu's password once)"
-    return NodeReport(node, address, reachable=False, checks=[Check("ssh", "fail", "Authentication failed.", hint)])
+    return NodeReport(
+        node, address, reachable=False, checks=[PreflightCheck("ssh", "fail", "Authentication failed.", hint)]
+    )
 
 
 def test_every_node_failing_preflight_exits_two(tmp_path: Path, preflight: FakePreflight) -> None:

@@ -1,4 +1,4 @@
-"""Run records built from recorded event streams; the service's status, exit code and --limit.
+"""Run records built from recorded event streams; the pipeline's status, exit code and --limit.
 
 The streams are the recorded ones in tests/fixtures/events/ (see
 test_deploy_events.py for how they were made).
@@ -17,6 +17,7 @@ import pytest
 
 from gpuclus.deploy import records
 from gpuclus.deploy.events import EventTranslator, HostResult, PhaseStarted, TaskStarted
+from gpuclus.deploy.pipeline import DeployRequest, _status, exit_code, prepare, resolve_limit
 from gpuclus.deploy.records import (
     Failure,
     RecordBuilder,
@@ -26,7 +27,6 @@ from gpuclus.deploy.records import (
     prune,
     runs_dir,
 )
-from gpuclus.deploy.service import DeployRequest, _status, exit_code, prepare, resolve_limit
 from gpuclus.deploy.workspace import new_run_id
 from gpuclus.errors import ExitCode, UsageError
 from gpuclus.spec.load import LoadedSpec, load_spec_text
@@ -266,7 +266,7 @@ def test_prune_refuses_to_remove_everything_and_tolerates_no_runs(state: StateDi
     assert len(list_records(state)) == 2
 
 
-# service: status and exit code -------------------------------------------------------------
+# pipeline: status and exit code -------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -308,7 +308,7 @@ def test_unknown_status_exits_failed() -> None:
     assert exit_code(new_record()) == ExitCode.FAILED  # still "running": the run died under us
 
 
-# service: --limit and --retry-failed -------------------------------------------------------
+# pipeline: --limit and --retry-failed -------------------------------------------------------
 
 
 @pytest.fixture
@@ -387,7 +387,7 @@ def test_retry_failed_with_limit(loaded: LoadedSpec, state: StateDir) -> None:
         resolve_limit(request(retry_failed=True, limit="head"), loaded, state)
 
 
-# service.prepare with nodes left out by preflight ------------------------------------------
+# pipeline.prepare with nodes left out by preflight ------------------------------------------
 
 SANDBOX = """\
 apiVersion: gpuclus/v1

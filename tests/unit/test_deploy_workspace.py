@@ -30,7 +30,7 @@ from gpuclus.deploy.workspace import (
 )
 from gpuclus.render import render_files
 from gpuclus.resources import data_dir
-from gpuclus.secrets import ensure_secrets
+from gpuclus.secret_files import ensure_secrets
 from gpuclus.spec.load import load_spec_text
 from gpuclus.state import StateDir
 

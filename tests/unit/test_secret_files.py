@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuclus.secrets import DB_PASSWORD, GRAFANA_PASSWORD, MUNGE_KEY, PASSWORD_LENGTH, Secrets, ensure_secrets
+from gpuclus.secret_files import DB_PASSWORD, GRAFANA_PASSWORD, MUNGE_KEY, PASSWORD_LENGTH, Secrets, ensure_secrets
 from gpuclus.state import StateDir
 
 ALPHANUMERIC = set(string.ascii_letters + string.digits)

@@ -63,12 +63,12 @@ def deploy(
     Exit 0 when every task succeeded, 1 when a task failed, 2 for bad options,
     3 for an invalid spec, 4 when hosts were unreachable, 130 when interrupted.
     """
-    from gpuclus.deploy import records, service
+    from gpuclus.deploy import pipeline, records
 
     out = Output(json_mode=json_mode)
     with handled(out):
         loaded = load_checked_spec(spec, out)
-        request = service.DeployRequest(
+        request = pipeline.DeployRequest(
             spec_path=spec,
             only=only,
             skip=skip,
@@ -78,11 +78,11 @@ def deploy(
             retry_failed=retry_failed,
             keep=keep,
         )
-        chosen = service.scope(request, loaded)  # bad options fail here, before any SSH
+        chosen = pipeline.scope(request, loaded)  # bad options fail here, before any SSH
         if not no_preflight:
             bad = _preflight(out, loaded, spec, chosen.hosts)
             request = dataclasses.replace(request, preflight_failures=tuple(bad))
-        prepared = service.prepare(request, loaded)
+        prepared = pipeline.prepare(request, loaded)
         for skipped in prepared.skipped:
             out.note(f"[dim]skipping phase {skipped.phase.value}: {escape(skipped.reason)}[/]")
         view = _ProgressView(out, len(loaded.topology.nodes))
@@ -98,11 +98,11 @@ def deploy(
         signal.signal(signal.SIGINT, interrupt)
         try:
             with view:
-                record = service.execute(prepared, view.on_event, run_holder.append)
+                record = pipeline.execute(prepared, view.on_event, run_holder.append)
         finally:
             signal.signal(signal.SIGINT, previous)
         records.prune(_state(spec), keep)
-        code = service.exit_code(record)
+        code = pipeline.exit_code(record)
         payload = {
             "ok": code == 0,
             "exit_code": int(code),

@@ -34,14 +34,14 @@ def plan(
     per phase, how many tasks would change something. Exit 0 unless the spec
     or the check run fails.
     """
-    from gpuclus.deploy import service
-    from gpuclus.deploy.plan import diff_renders, read_last_applied
+    from gpuclus.deploy import pipeline
+    from gpuclus.deploy.last_applied import diff_renders, read_last_applied
     from gpuclus.state import StateDir
 
     out = Output(json_mode=json_mode)
     with handled(out):
         loaded = load_checked_spec(spec, out)
-        planned = service.render_for_run(spec, loaded)
+        planned = pipeline.render_for_run(spec, loaded)
         before = read_last_applied(StateDir.beside(spec))
         changes = diff_renders(before or {}, planned)
         payload: dict[str, object] = {
@@ -75,10 +75,10 @@ def plan(
 
 
 def _check_run(out: Output, loaded: LoadedSpec, spec: Path) -> RunRecord:
-    from gpuclus.deploy import service
+    from gpuclus.deploy import pipeline
 
-    prepared = service.prepare(service.DeployRequest(spec_path=spec, check=True), loaded)
-    record = service.execute(prepared, lambda event: None, lambda run: None)
+    prepared = pipeline.prepare(pipeline.DeployRequest(spec_path=spec, check=True), loaded)
+    record = pipeline.execute(prepared, lambda event: None, lambda run: None)
     if not out.json_mode:
         out.result(f"check-mode run {record.id}: {record.status}")
         for phase in record.phases:

@@ -10,12 +10,12 @@ from pathlib import Path
 from gpuclus import __version__
 from gpuclus.deploy import records
 from gpuclus.deploy.events import Event
+from gpuclus.deploy.last_applied import save_last_applied
 from gpuclus.deploy.phases import Phase, PhaseChoice, parse_phase_list, select_phases, wanted_phases
-from gpuclus.deploy.plan import save_last_applied
 from gpuclus.deploy.runner import DeployRun
 from gpuclus.deploy.workspace import RunConfig, missing_playbooks, prepare_run
 from gpuclus.errors import ExitCode, UsageError
-from gpuclus.secrets import ensure_secrets
+from gpuclus.secret_files import ensure_secrets
 from gpuclus.spec import hostlist
 from gpuclus.spec.load import LoadedSpec
 from gpuclus.state import StateDir

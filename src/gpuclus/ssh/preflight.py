@@ -37,7 +37,7 @@ echo '@@resolve'; for n in NAMES; do getent hosts "$n" >/dev/null && echo "$n ok
 
 
 @dataclass
-class Check:
+class PreflightCheck:
     name: str
     status: str  # ok, warn, fail, skip
     message: str
@@ -49,7 +49,7 @@ class NodeReport:
     node: str
     address: str
     reachable: bool
-    checks: list[Check] = field(default_factory=list)
+    checks: list[PreflightCheck] = field(default_factory=list)
     clock: float | None = None
     probed_at: float | None = None  # local time the answer arrived (for skew)
 
@@ -76,19 +76,19 @@ def parse_sections(text: str) -> dict[str, list[str]]:
     return sections
 
 
-def judge(node: Node, sections: dict[str, list[str]], admin_user: str, min_disk_gb: float) -> list[Check]:
+def judge(node: Node, sections: dict[str, list[str]], admin_user: str, min_disk_gb: float) -> list[PreflightCheck]:
     """Turn a node's probe answers into checks (pure)."""
-    checks: list[Check] = []
+    checks: list[PreflightCheck] = []
 
     def first(name: str) -> str:
         values = sections.get(name) or [""]
         return values[0]
 
     if first("sudo") == "yes":
-        checks.append(Check("sudo", "ok", f"{admin_user} can sudo without a password"))
+        checks.append(PreflightCheck("sudo", "ok", f"{admin_user} can sudo without a password"))
     else:
         checks.append(
-            Check(
+            PreflightCheck(
                 "sudo",
                 "fail",
                 f"{admin_user} cannot sudo without a password",
@@ -98,24 +98,28 @@ def judge(node: Node, sections: dict[str, list[str]], admin_user: str, min_disk_
     os_id, _, version = first("os").partition(" ")
     tested = SUPPORTED.get((os_id, version))
     if tested is True:
-        checks.append(Check("os", "ok", f"{os_id} {version} (tested)"))
+        checks.append(PreflightCheck("os", "ok", f"{os_id} {version} (tested)"))
     elif tested is False:
-        checks.append(Check("os", "warn", f"{os_id} {version}: supported, not tested in CI"))
+        checks.append(PreflightCheck("os", "warn", f"{os_id} {version}: supported, not tested in CI"))
     else:
         checks.append(
-            Check("os", "fail", f"{os_id} {version} is not supported", "use Debian 12, Ubuntu 22.04/24.04 or Rocky 9")
+            PreflightCheck(
+                "os", "fail", f"{os_id} {version} is not supported", "use Debian 12, Ubuntu 22.04/24.04 or Rocky 9"
+            )
         )
     python = first("python")
     if python and python != "none":
-        checks.append(Check("python", "ok", python))
-    else:
-        checks.append(Check("python", "fail", "python3 is missing", "install python3 (Ansible needs it on the node)"))
-    hostname = first("hostname")
-    if hostname.split(".")[0] == node.name:
-        checks.append(Check("hostname", "ok", hostname))
+        checks.append(PreflightCheck("python", "ok", python))
     else:
         checks.append(
-            Check(
+            PreflightCheck("python", "fail", "python3 is missing", "install python3 (Ansible needs it on the node)")
+        )
+    hostname = first("hostname")
+    if hostname.split(".")[0] == node.name:
+        checks.append(PreflightCheck("hostname", "ok", hostname))
+    else:
+        checks.append(
+            PreflightCheck(
                 "hostname",
                 "warn",
                 f"hostname is {hostname!r}, the spec says {node.name!r}",
@@ -127,23 +131,27 @@ def judge(node: Node, sections: dict[str, list[str]], admin_user: str, min_disk_
     except ValueError:
         free_gb = -1.0
     if free_gb >= min_disk_gb:
-        checks.append(Check("disk", "ok", f"{free_gb:.0f} GB free on /"))
+        checks.append(PreflightCheck("disk", "ok", f"{free_gb:.0f} GB free on /"))
     else:
         checks.append(
-            Check("disk", "fail", f"{free_gb:.1f} GB free on /, need {min_disk_gb:.0f}", "free space on the root fs")
+            PreflightCheck(
+                "disk", "fail", f"{free_gb:.1f} GB free on /, need {min_disk_gb:.0f}", "free space on the root fs"
+            )
         )
     checks.append(_gpu_check(node, sections))
     missing = [line.split()[0] for line in sections.get("resolve", []) if line.endswith(" missing")]
     if missing:
         checks.append(
-            Check("names", "warn", f"cannot resolve {', '.join(missing[:5])}", "deploy's base phase writes /etc/hosts")
+            PreflightCheck(
+                "names", "warn", f"cannot resolve {', '.join(missing[:5])}", "deploy's base phase writes /etc/hosts"
+            )
         )
     else:
-        checks.append(Check("names", "ok", "every node name resolves"))
+        checks.append(PreflightCheck("names", "ok", "every node name resolves"))
     return checks
 
 
-def _gpu_check(node: Node, sections: dict[str, list[str]]) -> Check:
+def _gpu_check(node: Node, sections: dict[str, list[str]]) -> PreflightCheck:
     pci = [line for line in sections.get("pci", []) if line]
     try:
         device_nodes = int((sections.get("devnodes") or ["0"])[0])
@@ -152,11 +160,13 @@ def _gpu_check(node: Node, sections: dict[str, list[str]]) -> Check:
     expected = node.gpu_count
     if node.gpus is not None and node.gpus.fake:
         if device_nodes >= expected:
-            return Check("gpus", "skip", f"{device_nodes} fake GPU device(s), no driver (spec: fake)")
-        return Check("gpus", "fail", f"{device_nodes} of {expected} fake GPU device nodes", "run `gpuclus sandbox up`")
+            return PreflightCheck("gpus", "skip", f"{device_nodes} fake GPU device(s), no driver (spec: fake)")
+        return PreflightCheck(
+            "gpus", "fail", f"{device_nodes} of {expected} fake GPU device nodes", "run `gpuclus sandbox up`"
+        )
     if len(pci) == expected:
-        return Check("gpus", "ok" if expected else "skip", f"{len(pci)} NVIDIA GPU(s) on the PCI bus")
-    return Check(
+        return PreflightCheck("gpus", "ok" if expected else "skip", f"{len(pci)} NVIDIA GPU(s) on the PCI bus")
+    return PreflightCheck(
         "gpus",
         "fail",
         f"{len(pci)} NVIDIA GPU(s) on the PCI bus, the spec says {expected}",
@@ -171,15 +181,15 @@ def skew_checks(reports: list[NodeReport], controller: str) -> None:
         if report.clock is None or report.probed_at is None:
             continue
         if reference is None or reference.clock is None or reference.probed_at is None:
-            report.checks.append(Check("clock", "skip", "controller unreachable: skew not measured"))
+            report.checks.append(PreflightCheck("clock", "skip", "controller unreachable: skew not measured"))
             continue
         # Compare each clock after removing when its answer arrived here.
         skew = (report.clock - report.probed_at) - (reference.clock - reference.probed_at)
         if abs(skew) < MAX_CLOCK_SKEW:
-            report.checks.append(Check("clock", "ok", f"{skew:+.2f} s against the controller"))
+            report.checks.append(PreflightCheck("clock", "ok", f"{skew:+.2f} s against the controller"))
         else:
             report.checks.append(
-                Check(
+                PreflightCheck(
                     "clock",
                     "fail",
                     f"{skew:+.1f} s against the controller (munge needs < {MAX_CLOCK_SKEW:.0f} s)",
@@ -208,7 +218,7 @@ def run_preflight(
         try:
             client = connector(target)
         except SshFailure as failure:
-            report.checks.append(Check("ssh", "fail", str(failure), _ssh_hint(str(failure), admin_user)))
+            report.checks.append(PreflightCheck("ssh", "fail", str(failure), _ssh_hint(str(failure), admin_user)))
             return report
         try:
             result = run(client, probe, timeout=60)
@@ -216,7 +226,7 @@ def run_preflight(
             client.close()
         report.probed_at = time.time()
         report.reachable = True
-        report.checks.append(Check("ssh", "ok", f"{admin_user}@{node.address} with gpuclus' key"))
+        report.checks.append(PreflightCheck("ssh", "ok", f"{admin_user}@{node.address} with gpuclus' key"))
         sections = parse_sections(result.stdout)
         try:
             report.clock = float((sections.get("time") or ["nan"])[0])
