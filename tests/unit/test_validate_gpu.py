@@ -266,6 +266,16 @@ def test_fake_nodes_beside_real_ones_are_skipped_not_passed() -> None:
     assert [call[1] for call in ctx.calls] == ["gpu01", "gpu02"]
 
 
+def test_real_gpu_nodes_are_those_with_gpus_that_are_not_fake() -> None:
+    extra = "  - {name: sim01, address: 10.0.0.21, roles: [compute], gpus: {count: 1, fake: true}}"
+    topology = StubContext(spec_text(extra_nodes=extra), {}).topology
+    by_name = topology.by_name()
+    assert [node.name for node in topology.real_gpu_nodes] == ["gpu01", "gpu02"]
+    assert by_name["gpu01"].has_real_gpus
+    assert not by_name["sim01"].has_real_gpus  # fake GPUs
+    assert not by_name["head"].has_real_gpus  # no GPUs at all
+
+
 def test_check_ids_and_levels_are_stable() -> None:
     assert [(check.id, check.level) for check in gpu.CHECKS] == [
         ("gpu.nvidia-smi", Level.QUICK),

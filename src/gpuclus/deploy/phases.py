@@ -30,7 +30,7 @@ class PhaseChoice:
 
 def wanted_phases(spec: ClusterSpec, topology: Topology) -> tuple[list[PhaseChoice], list[PhaseChoice]]:
     """(phases the spec needs, phases it does not need), each with the reason."""
-    real_gpus = [node for node in topology.gpu_nodes if node.gpus is not None and not node.gpus.fake]
+    real_gpus = topology.real_gpu_nodes
     needs = {
         Phase.BASE: (True, "always: hosts, time, packages, SSH trust"),
         Phase.NFS: (bool(spec.nfs.exports), "nfs.exports is set" if spec.nfs.exports else "no nfs.exports"),

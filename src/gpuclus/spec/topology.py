@@ -30,6 +30,11 @@ class Node:
     def gpu_count(self) -> int:
         return self.gpus.count if self.gpus else 0
 
+    @property
+    def has_real_gpus(self) -> bool:
+        """GPUs with a driver to install and figures to measure; fake ones (the sandbox's) have neither."""
+        return self.gpus is not None and not self.gpus.fake
+
 
 @dataclass(frozen=True)
 class Topology:
@@ -56,6 +61,11 @@ class Topology:
     @property
     def gpu_nodes(self) -> list[Node]:
         return [node for node in self.nodes if node.gpus is not None]
+
+    @property
+    def real_gpu_nodes(self) -> list[Node]:
+        """The GPU nodes whose GPUs are real: deploy installs the driver there, validate measures them."""
+        return [node for node in self.nodes if node.has_real_gpus]
 
     def by_name(self) -> dict[str, Node]:
         return {node.name: node for node in self.nodes}

@@ -70,7 +70,7 @@ def _scope(ctx: Context) -> tuple[list[Node], list[NodeResult]] | Outcome:
     nodes = ctx.gpu_nodes
     if not nodes:
         return skipped(NO_GPU_NODES)
-    real = [node for node in nodes if node.gpus is not None and not node.gpus.fake]
+    real = [node for node in nodes if node.has_real_gpus]
     fake = [NodeResult(node.name, Status.SKIP, FAKE_REASON) for node in nodes if node not in real]
     if not real:
         return Outcome(fake, message=FAKE_REASON, status=Status.SKIP)
