@@ -24,6 +24,28 @@ from gpuclus.spec.topology import Node
 from gpuclus.ssh.client import CommandResult
 from gpuclus.validate import probes, thresholds
 from gpuclus.validate.checks import gpu
+from gpuclus.validate.checks.gpu.ddp import ddp_smoke
+from gpuclus.validate.checks.gpu.hints import LAUNCH_HINT
+from gpuclus.validate.checks.gpu.isolation import IsolationView, isolation, parse_isolation
+from gpuclus.validate.checks.gpu.nccl import (
+    NcclTests,
+    judge_all_reduce,
+    nccl_all_reduce,
+    node_pairs,
+    parse_nccl_tests,
+    parse_nccl_tests_detection,
+)
+from gpuclus.validate.checks.gpu.nvidia_smi import (
+    NO_SMI,
+    SMI_QUERY,
+    driver_versions,
+    majority_version,
+    nvidia_smi_inventory,
+    parse_nvidia_smi,
+)
+from gpuclus.validate.checks.gpu.per_gpu import matmul, memory_bandwidth
+from gpuclus.validate.checks.gpu.probe_output import TORCH_HINT, parse_probe_output
+from gpuclus.validate.checks.gpu.scope import FAKE_REASON, NO_GPU_NODES
 from gpuclus.validate.context import Context
 from gpuclus.validate.model import Level, Outcome, Status
 from gpuclus.validate.probes import common, ddp_probe, gpu_probe, nccl_probe
@@ -107,7 +129,7 @@ class StubContext(Context):
 
 
 def classify(command: str) -> str:
-    if gpu.SMI_QUERY in command:
+    if SMI_QUERY in command:
         return "smi"
     if "nvidia-smi -L" in command:
         return "isolation"
@@ -148,18 +170,18 @@ SMI_FAILED = (
 
 
 def test_parse_nvidia_smi_recorded_query_output() -> None:
-    gpus = gpu.parse_nvidia_smi(SMI_H100_X2 + "\n")
+    gpus = parse_nvidia_smi(SMI_H100_X2 + "\n")
     assert [g.index for g in gpus] == [0, 1]
     assert gpus[0].name == "NVIDIA H100 80GB HBM3"
     assert gpus[0].driver == "550.54.15"
     assert gpus[0].memory_mib == 81559
     assert gpus[1].uuid.startswith("GPU-9a8b")
-    assert gpu.parse_nvidia_smi("No devices were found\n") == []
+    assert parse_nvidia_smi("No devices were found\n") == []
 
 
 def test_nvidia_smi_passes_on_recorded_output_matching_the_spec() -> None:
     ctx = StubContext(spec_text(), {"smi": ok(SMI_H100_X2)})
-    outcome = gpu.nvidia_smi_inventory(ctx)
+    outcome = nvidia_smi_inventory(ctx)
     assert outcome.overall is Status.PASS
     row = by_node(outcome)["gpu01"]
     assert (row.value, row.expected, row.unit) == (2, "2 x h100", "GPUs")
@@ -170,7 +192,7 @@ def test_nvidia_smi_passes_on_recorded_output_matching_the_spec() -> None:
 
 def test_nvidia_smi_count_mismatch_on_recorded_output_fails() -> None:
     ctx = StubContext(spec_text(), {"smi": {"gpu01": ok(SMI_H100_X2), "gpu02": ok(SMI_H100_X1)}})
-    outcome = gpu.nvidia_smi_inventory(ctx)
+    outcome = nvidia_smi_inventory(ctx)
     rows = by_node(outcome)
     assert rows["gpu01"].status is Status.PASS
     assert rows["gpu02"].status is Status.FAIL
@@ -181,15 +203,15 @@ def test_nvidia_smi_count_mismatch_on_recorded_output_fails() -> None:
 
 def test_nvidia_smi_model_mismatch_on_recorded_output_fails() -> None:
     ctx = StubContext(spec_text(gpus="{count: 2, model: a100-80gb}"), {"smi": ok(SMI_H100_X2)})
-    outcome = gpu.nvidia_smi_inventory(ctx)
+    outcome = nvidia_smi_inventory(ctx)
     assert outcome.overall is Status.FAIL
     assert "is not a a100-80gb" in by_node(outcome)["gpu01"].message
     assert outcome.hint and "gpus.model" in outcome.hint
 
 
 def test_nvidia_smi_missing_fails_with_a_driver_hint() -> None:
-    ctx = StubContext(spec_text(), {"smi": ok(gpu.NO_SMI + "\n")})
-    outcome = gpu.nvidia_smi_inventory(ctx)
+    ctx = StubContext(spec_text(), {"smi": ok(NO_SMI + "\n")})
+    outcome = nvidia_smi_inventory(ctx)
     assert outcome.overall is Status.FAIL
     assert by_node(outcome)["gpu01"].message == "nvidia-smi not found on the node"
     assert outcome.hint and "driver" in outcome.hint and "gpuclus deploy --only nvidia" in outcome.hint
@@ -199,7 +221,7 @@ def test_nvidia_smi_without_a_loaded_driver_fails_with_its_own_words() -> None:
     ctx = StubContext(
         spec_text(), {"smi": CommandResult(9, SMI_FAILED, "srun: error: gpu01: task 0: Exited with exit code 9\n")}
     )
-    outcome = gpu.nvidia_smi_inventory(ctx)
+    outcome = nvidia_smi_inventory(ctx)
     assert outcome.overall is Status.FAIL
     assert by_node(outcome)["gpu01"].message.startswith("NVIDIA-SMI has failed")
 
@@ -209,9 +231,9 @@ def test_nvidia_smi_job_refused_reports_srun_error() -> None:
         1, "", "srun: error: Unable to allocate resources: Requested node configuration is not available\n"
     )
     ctx = StubContext(spec_text(), {"smi": refused})
-    outcome = gpu.nvidia_smi_inventory(ctx)
+    outcome = nvidia_smi_inventory(ctx)
     assert "Requested node configuration is not available" in by_node(outcome)["gpu02"].message
-    assert outcome.hint == gpu.LAUNCH_HINT
+    assert outcome.hint == LAUNCH_HINT
 
 
 @pytest.mark.parametrize(
@@ -242,8 +264,8 @@ def test_fake_gpus_skip_every_gpu_check_without_running_a_job(check: Any) -> Non
     ctx = StubContext(spec_text(gpus="{count: 1, fake: true}"), {})
     outcome = check.run(ctx)
     assert outcome.overall is Status.SKIP
-    assert outcome.message == gpu.FAKE_REASON
-    assert all(row.status is Status.SKIP and row.message == gpu.FAKE_REASON for row in outcome.nodes)
+    assert outcome.message == FAKE_REASON
+    assert all(row.status is Status.SKIP and row.message == FAKE_REASON for row in outcome.nodes)
     assert ctx.calls == []
 
 
@@ -253,13 +275,13 @@ def test_no_gpu_nodes_skip_every_gpu_check(check: Any) -> None:
     ctx = StubContext(text, {})
     outcome = check.run(ctx)
     assert outcome.overall is Status.SKIP
-    assert outcome.message == gpu.NO_GPU_NODES
+    assert outcome.message == NO_GPU_NODES
 
 
 def test_fake_nodes_beside_real_ones_are_skipped_not_passed() -> None:
     extra = "  - {name: sim01, address: 10.0.0.21, roles: [compute], gpus: {count: 1, fake: true}}"
     ctx = StubContext(spec_text(extra_nodes=extra), {"smi": ok(SMI_H100_X2)})
-    outcome = gpu.nvidia_smi_inventory(ctx)
+    outcome = nvidia_smi_inventory(ctx)
     rows = by_node(outcome)
     assert rows["sim01"].status is Status.SKIP
     assert rows["gpu01"].status is Status.PASS
@@ -304,7 +326,7 @@ def test_isolation_on_recorded_output() -> None:
         "isolation": {"gpu01": ok(ISOLATED), "gpu02": ok(UNCONSTRAINED)},
     }
     ctx = StubContext(spec_text(), replies)
-    outcome = gpu.isolation(ctx)
+    outcome = isolation(ctx)
     rows = by_node(outcome)
     assert rows["gpu01"].status is Status.PASS
     assert rows["gpu02"].status is Status.FAIL
@@ -315,22 +337,22 @@ def test_isolation_on_recorded_output() -> None:
 
 def test_isolation_without_cuda_visible_devices_fails() -> None:
     ctx = StubContext(spec_text(), {"isolation": ok(NO_VISIBLE_DEVICES)})
-    outcome = gpu.isolation(ctx)
+    outcome = isolation(ctx)
     assert outcome.overall is Status.FAIL
     assert "CUDA_VISIBLE_DEVICES=unset" in by_node(outcome)["gpu01"].message
     assert outcome.hint and "GresTypes=gpu" in outcome.hint
 
 
 def test_isolation_without_nvidia_smi_fails_with_driver_hint() -> None:
-    ctx = StubContext(spec_text(), {"isolation": ok("CUDA_VISIBLE_DEVICES=0\n" + gpu.NO_SMI + "\n")})
-    outcome = gpu.isolation(ctx)
+    ctx = StubContext(spec_text(), {"isolation": ok("CUDA_VISIBLE_DEVICES=0\n" + NO_SMI + "\n")})
+    outcome = isolation(ctx)
     assert outcome.overall is Status.FAIL
     assert outcome.hint and "driver" in outcome.hint
 
 
 def test_parse_isolation_counts_only_gpu_lines() -> None:
     mig = ISOLATED + "  MIG 1g.10gb     Device  0: (UUID: MIG-0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d)\n"
-    assert gpu.parse_isolation(mig) == gpu.IsolationView("0", 1)
+    assert parse_isolation(mig) == IsolationView("0", 1)
 
 
 # --- driver ---------------------------------------------------------------------------------
@@ -340,8 +362,8 @@ def test_driver_mismatch_on_recorded_output_fails_the_odd_node_and_reuses_nvidia
     older = SMI_H100_X2.replace("550.54.15", "535.161.08")
     three = spec_text(nodes="gpu[01-03]", addresses="10.0.0.[11-13]")
     ctx = StubContext(three, {"smi": {"gpu01": ok(SMI_H100_X2), "gpu02": ok(older), "gpu03": ok(SMI_H100_X2)}})
-    assert gpu.nvidia_smi_inventory(ctx).overall is Status.PASS
-    outcome = gpu.driver_versions(ctx)
+    assert nvidia_smi_inventory(ctx).overall is Status.PASS
+    outcome = driver_versions(ctx)
     rows = by_node(outcome)
     assert rows["gpu02"].status is Status.FAIL
     assert (rows["gpu02"].value, rows["gpu02"].expected) == ("535.161.08", "550.54.15")
@@ -353,22 +375,22 @@ def test_driver_mismatch_on_recorded_output_fails_the_odd_node_and_reuses_nvidia
 def test_driver_outside_the_spec_branch_warns() -> None:
     older = SMI_H100_X2.replace("550.54.15", "535.161.08")
     ctx = StubContext(spec_text(), {"smi": ok(older)})
-    outcome = gpu.driver_versions(ctx)
+    outcome = driver_versions(ctx)
     assert outcome.overall is Status.WARN
     assert "not from branch 550" in by_node(outcome)["gpu01"].message
 
 
 def test_driver_check_skips_nodes_without_an_answer() -> None:
-    ctx = StubContext(spec_text(), {"smi": {"gpu01": ok(SMI_H100_X2), "gpu02": ok(gpu.NO_SMI)}})
-    rows = by_node(gpu.driver_versions(ctx))
+    ctx = StubContext(spec_text(), {"smi": {"gpu01": ok(SMI_H100_X2), "gpu02": ok(NO_SMI)}})
+    rows = by_node(driver_versions(ctx))
     assert rows["gpu02"].status is Status.SKIP
     assert rows["gpu01"].status is Status.PASS
 
 
 def test_majority_version_prefers_the_most_common_then_the_newest() -> None:
-    assert gpu.majority_version(["550.54.15", "535.161.08", "550.54.15"]) == "550.54.15"
-    assert gpu.majority_version(["535.161.08", "550.54.15"]) == "550.54.15"
-    assert gpu.majority_version([]) is None
+    assert majority_version(["550.54.15", "535.161.08", "550.54.15"]) == "550.54.15"
+    assert majority_version(["535.161.08", "550.54.15"]) == "550.54.15"
+    assert majority_version([]) is None
 
 
 # --- thresholds ---------------------------------------------------------------------------
@@ -486,7 +508,7 @@ NCCL_TESTS_8_GPUS = (
 
 
 def test_parse_nccl_tests_recorded_output() -> None:
-    run = gpu.parse_nccl_tests(NCCL_TESTS_8_GPUS)
+    run = parse_nccl_tests(NCCL_TESTS_8_GPUS)
     assert run.ranks == 8
     assert run.avg_busbw == pytest.approx(407.08)
     assert run.wrong == 0
@@ -500,7 +522,7 @@ def test_parse_nccl_tests_counts_wrong_elements_and_out_of_bounds() -> None:
     broken = NCCL_TESTS_8_GPUS.replace("406.30      0", "406.30     12").replace(
         "# Out of bounds values : 0 OK", "# Out of bounds values : 3 FAILED"
     )
-    assert gpu.parse_nccl_tests(broken).wrong == 15
+    assert parse_nccl_tests(broken).wrong == 15
 
 
 def test_parse_nccl_tests_old_float_error_column() -> None:
@@ -511,7 +533,7 @@ def test_parse_nccl_tests_old_float_error_column() -> None:
         "# Out of bounds values : 0 OK\n"
         "# Avg bus bandwidth    : 96.16\n"
     )
-    run = gpu.parse_nccl_tests(old)
+    run = parse_nccl_tests(old)
     assert (run.ranks, run.wrong, run.avg_busbw) == (2, 0, pytest.approx(96.16))
 
 
@@ -522,7 +544,7 @@ def test_nccl_tests_failure_line_is_kept() -> None:
         " .. gpu01 pid 5012: Test failure common.cu:891\n"
     )
     ranks_2 = thresholds.intra_node_busbw_bands()
-    part = gpu.judge_all_reduce(CommandResult(3, text, ""), 2, ranks_2, "within node")
+    part = judge_all_reduce(CommandResult(3, text, ""), 2, ranks_2, "within node")
     assert part.status is Status.FAIL
     assert "unhandled system error" in part.message
 
@@ -537,7 +559,7 @@ def test_parse_probe_output_finds_marked_json_lines_only() -> None:
         + f"0: {probes.MARKER} {{not json\n"
         + f"1: {probes.MARKER} {json.dumps({'probe': 'nccl', 'error': 'no-torch', 'rank': 1})}\n"
     )
-    payloads = gpu.parse_probe_output(text)
+    payloads = parse_probe_output(text)
     assert payloads == [{"probe": "matmul", "gpus": []}, {"probe": "nccl", "error": "no-torch", "rank": 1}]
 
 
@@ -561,7 +583,7 @@ def matmul_payload(*figures: float, name: str = "NVIDIA H100 80GB HBM3", ok_resu
 
 def test_matmul_on_recorded_probe_output_passes_at_half_the_peak() -> None:
     ctx = StubContext(spec_text(), {"gpu_probe matmul": ok(probe_line(matmul_payload(702.4, 689.9)))})
-    outcome = gpu.matmul(ctx)
+    outcome = matmul(ctx)
     assert outcome.overall is Status.PASS
     row = by_node(outcome)["gpu01"]
     assert (row.value, row.unit) == (689.9, "TFLOP/s")
@@ -576,7 +598,7 @@ def test_matmul_slow_gpu_warns_and_very_slow_fails_naming_the_gpu() -> None:
             "gpu02": ok(probe_line(matmul_payload(150.0, 700.0))),
         }
     }
-    outcome = gpu.matmul(StubContext(spec_text(), replies))
+    outcome = matmul(StubContext(spec_text(), replies))
     rows = by_node(outcome)
     assert rows["gpu01"].status is Status.WARN and "GPU 1: 301 TFLOP/s (30% of 989)" in rows["gpu01"].message
     assert rows["gpu02"].status is Status.FAIL and "GPU 0" in rows["gpu02"].message
@@ -585,36 +607,36 @@ def test_matmul_slow_gpu_warns_and_very_slow_fails_naming_the_gpu() -> None:
 
 def test_matmul_wrong_result_fails_however_fast() -> None:
     payload = matmul_payload(900.0, 900.0, ok_result=False)
-    outcome = gpu.matmul(StubContext(spec_text(), {"gpu_probe matmul": ok(probe_line(payload))}))
+    outcome = matmul(StubContext(spec_text(), {"gpu_probe matmul": ok(probe_line(payload))}))
     assert outcome.overall is Status.FAIL
     assert "wrong result (relative error 0.0021)" in by_node(outcome)["gpu01"].message
 
 
 def test_matmul_unknown_model_passes_with_no_ceiling() -> None:
     payload = matmul_payload(12.5, 12.0, name="NVIDIA Future GPU X1")
-    outcome = gpu.matmul(StubContext(spec_text(gpus="{count: 2}"), {"gpu_probe matmul": ok(probe_line(payload))}))
+    outcome = matmul(StubContext(spec_text(gpus="{count: 2}"), {"gpu_probe matmul": ok(probe_line(payload))}))
     row = by_node(outcome)["gpu01"]
     assert row.status is Status.PASS
     assert row.expected == "no ceiling known"
 
 
 def test_matmul_probe_seeing_fewer_gpus_fails() -> None:
-    outcome = gpu.matmul(StubContext(spec_text(), {"gpu_probe matmul": ok(probe_line(matmul_payload(700.0)))}))
+    outcome = matmul(StubContext(spec_text(), {"gpu_probe matmul": ok(probe_line(matmul_payload(700.0)))}))
     assert "saw 1 GPU(s)" in by_node(outcome)["gpu01"].message
 
 
 @pytest.mark.parametrize("code", ["no-torch", "no-torch-cuda", "no-python"])
 def test_missing_pytorch_skips_with_a_hint(code: str) -> None:
     reply = ok(probe_line({"probe": "matmul", "error": code}))
-    outcome = gpu.matmul(StubContext(spec_text(), {"gpu_probe matmul": reply}))
+    outcome = matmul(StubContext(spec_text(), {"gpu_probe matmul": reply}))
     assert outcome.overall is Status.SKIP
-    assert gpu.TORCH_HINT in outcome.message
-    assert all(gpu.TORCH_HINT in row.message for row in outcome.nodes)
+    assert TORCH_HINT in outcome.message
+    assert all(TORCH_HINT in row.message for row in outcome.nodes)
 
 
 def test_cuda_unavailable_in_pytorch_fails() -> None:
     reply = ok(probe_line({"probe": "membw", "error": "cuda-unavailable", "torch": "2.3.1"}))
-    outcome = gpu.memory_bandwidth(StubContext(spec_text(), {"gpu_probe membw": reply}))
+    outcome = memory_bandwidth(StubContext(spec_text(), {"gpu_probe membw": reply}))
     assert outcome.overall is Status.FAIL
     assert outcome.hint and "torch.version.cuda" in outcome.hint
 
@@ -626,10 +648,10 @@ def test_probe_that_printed_nothing_fails_with_the_error_line() -> None:
         "Traceback ...\nRuntimeError: CUDA error: an illegal memory access\n"
         "srun: error: gpu01: task 0: Exited with exit code 1\n",
     )
-    outcome = gpu.matmul(StubContext(spec_text(), {"gpu_probe matmul": crashed}))
+    outcome = matmul(StubContext(spec_text(), {"gpu_probe matmul": crashed}))
     assert outcome.overall is Status.FAIL
     assert "CUDA error" in by_node(outcome)["gpu01"].message
-    timed_out = gpu.matmul(StubContext(spec_text(), {"gpu_probe matmul": CommandResult(TIMED_OUT, "", "")}))
+    timed_out = matmul(StubContext(spec_text(), {"gpu_probe matmul": CommandResult(TIMED_OUT, "", "")}))
     assert "time limit" in timed_out.nodes[0].message
 
 
@@ -641,7 +663,7 @@ def test_membw_on_recorded_probe_output() -> None:
             {"index": 1, "name": "NVIDIA H100 80GB HBM3", "gbs": 2890.7, "finite": True, "ok": True},
         ],
     }
-    outcome = gpu.memory_bandwidth(StubContext(spec_text(), {"gpu_probe membw": ok(probe_line(payload))}))
+    outcome = memory_bandwidth(StubContext(spec_text(), {"gpu_probe membw": ok(probe_line(payload))}))
     row = by_node(outcome)["gpu02"]
     assert row.status is Status.PASS
     assert (row.value, row.unit, row.expected) == (2890.7, "GB/s", ">= 1675 (50% of 3350)")
@@ -671,7 +693,7 @@ def nccl_replies(intra: CommandResult, inter: CommandResult, detect: str = "NCCL
 def test_nccl_torch_probe_within_and_between_nodes_on_infiniband() -> None:
     replies = nccl_replies(ok(probe_line(nccl_payload(365.2, 2))), ok(probe_line(nccl_payload(41.5, 4))))
     ctx = StubContext(spec_text(network="{fabric: infiniband, link_gbps: 200, nics_per_node: 4}"), replies)
-    outcome = gpu.nccl_all_reduce(ctx)
+    outcome = nccl_all_reduce(ctx)
     row = by_node(outcome)["gpu01"]
     # Two GPUs per node can drive two of the four NICs: 2 x 200G x 80 % = 40 GB/s.
     assert row.status is Status.PASS
@@ -685,7 +707,7 @@ def test_nccl_torch_probe_within_and_between_nodes_on_infiniband() -> None:
 
 def test_nccl_slow_ethernet_between_nodes_warns_then_fails() -> None:
     network = "{fabric: ethernet, link_gbps: 100, nics_per_node: 1}"  # 12.5 GB/s line rate
-    warn = gpu.nccl_all_reduce(
+    warn = nccl_all_reduce(
         StubContext(
             spec_text(network=network),
             nccl_replies(ok(probe_line(nccl_payload(20.0, 2))), ok(probe_line(nccl_payload(7.0, 4)))),
@@ -693,7 +715,7 @@ def test_nccl_slow_ethernet_between_nodes_warns_then_fails() -> None:
     )
     assert warn.overall is Status.WARN
     assert warn.hint and "NCCL_DEBUG=INFO" in warn.hint
-    fail = gpu.nccl_all_reduce(
+    fail = nccl_all_reduce(
         StubContext(
             spec_text(network=network),
             nccl_replies(ok(probe_line(nccl_payload(20.0, 2))), ok(probe_line(nccl_payload(3.1, 4)))),
@@ -705,7 +727,7 @@ def test_nccl_slow_ethernet_between_nodes_warns_then_fails() -> None:
 
 def test_nccl_wrong_all_reduce_result_fails() -> None:
     replies = nccl_replies(ok(probe_line(nccl_payload(365.2, 2, wrong=1024))), ok(probe_line(nccl_payload(41.5, 4))))
-    outcome = gpu.nccl_all_reduce(StubContext(spec_text(), replies))
+    outcome = nccl_all_reduce(StubContext(spec_text(), replies))
     assert outcome.overall is Status.FAIL
     assert "1024 wrong element(s)" in by_node(outcome)["gpu01"].message
     assert outcome.hint and "corrupts data" in outcome.hint
@@ -720,7 +742,7 @@ def test_nccl_uses_nccl_tests_within_a_node_when_present() -> None:
         "nccl_probe": ok(probe_line(nccl_payload(85.0, 4))),  # no MPI build: the pair uses the torch probe
     }
     ctx = StubContext(spec_text(), replies)
-    outcome = gpu.nccl_all_reduce(ctx)
+    outcome = nccl_all_reduce(ctx)
     assert outcome.overall is Status.PASS
     intra = [call for call in ctx.calls if call[0] == "nccl-tests"]
     assert [call[2] for call in intra] == [{"gres": "gpu:2", "ntasks_per_node": 1}] * 2
@@ -740,7 +762,7 @@ def test_nccl_tests_with_mpi_runs_between_nodes_under_pmix() -> None:
         spec_text(gpus="{count: 8, model: h100}", network="{fabric: infiniband, link_gbps: 400, nics_per_node: 8}"),
         replies,
     )
-    outcome = gpu.nccl_all_reduce(ctx)
+    outcome = nccl_all_reduce(ctx)
     pair = next(call for call in ctx.calls if call[1] == "gpu01,gpu02")
     assert pair[2]["extra"] == ("--mpi=pmix",) and pair[2]["ntasks_per_node"] == 8
     # 8 rank lines, but the pair has 16 ranks: counted as a mismatch, not a pass.
@@ -752,7 +774,7 @@ def test_nccl_one_gpu_nodes_skip_within_and_measure_between() -> None:
     ctx = StubContext(
         spec_text(gpus="{count: 1}", network="{fabric: infiniband, link_gbps: 100, nics_per_node: 4}"), replies
     )
-    outcome = gpu.nccl_all_reduce(ctx)
+    outcome = nccl_all_reduce(ctx)
     row = by_node(outcome)["gpu02"]
     assert row.status is Status.PASS and row.expected == ">= 10"  # one GPU drives one NIC
     assert "one GPU" in row.message
@@ -763,22 +785,22 @@ def test_nccl_no_torch_skips() -> None:
         probe_line({"probe": "nccl", "error": "no-torch", "rank": 0})
         + probe_line({"probe": "nccl", "error": "no-torch", "rank": 1})
     )
-    outcome = gpu.nccl_all_reduce(StubContext(spec_text(), nccl_replies(no_torch, no_torch)))
+    outcome = nccl_all_reduce(StubContext(spec_text(), nccl_replies(no_torch, no_torch)))
     assert outcome.overall is Status.SKIP
-    assert gpu.TORCH_HINT in by_node(outcome)["gpu01"].message
+    assert TORCH_HINT in by_node(outcome)["gpu01"].message
 
 
 def test_node_pairs_cover_every_node() -> None:
     ctx = StubContext(spec_text(nodes="gpu[01-05]", addresses="10.0.0.[11-15]"), {})
-    names = [(a.name, b.name) for a, b in gpu.node_pairs(ctx.gpu_nodes)]
+    names = [(a.name, b.name) for a, b in node_pairs(ctx.gpu_nodes)]
     assert names == [("gpu01", "gpu02"), ("gpu03", "gpu04"), ("gpu05", "gpu01")]
-    assert gpu.node_pairs(ctx.gpu_nodes[:1]) == []
+    assert node_pairs(ctx.gpu_nodes[:1]) == []
 
 
 def test_parse_nccl_tests_detection() -> None:
-    assert gpu.parse_nccl_tests_detection("NCCL_TESTS=\n") == gpu.NcclTests(None, False)
-    found = gpu.parse_nccl_tests_detection("NCCL_TESTS=/usr/local/bin/all_reduce_perf\nNCCL_TESTS_MPI=1\n")
-    assert found == gpu.NcclTests("/usr/local/bin/all_reduce_perf", True)
+    assert parse_nccl_tests_detection("NCCL_TESTS=\n") == NcclTests(None, False)
+    found = parse_nccl_tests_detection("NCCL_TESTS=/usr/local/bin/all_reduce_perf\nNCCL_TESTS_MPI=1\n")
+    assert found == NcclTests("/usr/local/bin/all_reduce_perf", True)
 
 
 # --- DDP ------------------------------------------------------------------------------------
@@ -804,7 +826,7 @@ def ddp_payload(**changes: Any) -> dict[str, Any]:
 
 def test_ddp_on_recorded_probe_output_reports_scaling_efficiency() -> None:
     ctx = StubContext(spec_text(), {"ddp_probe": ok(probe_line(ddp_payload()))})
-    outcome = gpu.ddp_smoke(ctx)
+    outcome = ddp_smoke(ctx)
     assert outcome.overall is Status.PASS
     assert (outcome.value, outcome.expected, outcome.unit) == (91.0, ">= 50", "%")
     assert "loss 0.2412 -> 0.2254" in outcome.message
@@ -812,7 +834,7 @@ def test_ddp_on_recorded_probe_output_reports_scaling_efficiency() -> None:
 
 
 def test_ddp_poor_scaling_warns() -> None:
-    outcome = gpu.ddp_smoke(StubContext(spec_text(), {"ddp_probe": ok(probe_line(ddp_payload(efficiency=0.12)))}))
+    outcome = ddp_smoke(StubContext(spec_text(), {"ddp_probe": ok(probe_line(ddp_payload(efficiency=0.12)))}))
     assert outcome.overall is Status.WARN
     assert outcome.hint and "gpu.nccl" in outcome.hint
 
@@ -825,25 +847,25 @@ def test_ddp_poor_scaling_warns() -> None:
     ],
 )
 def test_ddp_broken_training_fails(changes: dict[str, Any], words: str) -> None:
-    outcome = gpu.ddp_smoke(StubContext(spec_text(), {"ddp_probe": ok(probe_line(ddp_payload(**changes)))}))
+    outcome = ddp_smoke(StubContext(spec_text(), {"ddp_probe": ok(probe_line(ddp_payload(**changes)))}))
     assert outcome.overall is Status.FAIL
     assert words in outcome.message
 
 
 def test_ddp_loss_not_decreasing_is_noted_but_finite_is_enough() -> None:
     payload = ddp_payload(decreasing=False, losses=[0.24, 0.25])
-    outcome = gpu.ddp_smoke(StubContext(spec_text(), {"ddp_probe": ok(probe_line(payload))}))
+    outcome = ddp_smoke(StubContext(spec_text(), {"ddp_probe": ok(probe_line(payload))}))
     assert outcome.overall is Status.PASS
     assert "did not decrease" in outcome.message
 
 
 def test_ddp_no_torch_skips_and_rank_errors_fail() -> None:
-    skip = gpu.ddp_smoke(
+    skip = ddp_smoke(
         StubContext(spec_text(), {"ddp_probe": ok(probe_line({"probe": "ddp", "error": "no-torch", "rank": 0}))})
     )
-    assert skip.overall is Status.SKIP and gpu.TORCH_HINT in skip.message
+    assert skip.overall is Status.SKIP and TORCH_HINT in skip.message
     error = probe_line({"probe": "ddp", "error": "DistNetworkError: Connection refused", "rank": 3})
-    fail = gpu.ddp_smoke(
+    fail = ddp_smoke(
         StubContext(
             spec_text(), {"ddp_probe": CommandResult(1, error, "srun: error: gpu02: task 3: Exited with exit code 1\n")}
         )
@@ -907,7 +929,7 @@ def test_probe_without_torch_prints_the_marker_and_exits_0(
     module: Any, argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert module.main(argv) == 0
-    payloads = gpu.parse_probe_output(capsys.readouterr().out)
+    payloads = parse_probe_output(capsys.readouterr().out)
     assert len(payloads) == 1 and payloads[0]["error"] == "no-torch"
 
 
@@ -935,7 +957,7 @@ def test_inline_command_runs_under_sh_with_this_python() -> None:
     command = probes.inline_command("gpu_probe.py", ["matmul"]).replace("python3 -c", f"{sys.executable} -S -c", 1)
     done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    assert gpu.parse_probe_output(done.stdout) == [{"error": "no-torch", "probe": "matmul"}]
+    assert parse_probe_output(done.stdout) == [{"error": "no-torch", "probe": "matmul"}]
 
 
 def test_inline_command_without_python_prints_no_python() -> None:
@@ -948,7 +970,7 @@ def test_inline_command_without_python_prints_no_python() -> None:
         check=False,
         env={"PATH": "/nonexistent"},
     )
-    assert gpu.parse_probe_output(done.stdout) == [{"error": "no-python"}]
+    assert parse_probe_output(done.stdout) == [{"error": "no-python"}]
 
 
 # --- CPU-only checks of the probe maths, when torch happens to be installed ----------------
@@ -971,18 +993,18 @@ def test_isolation_job_refused_by_slurm_points_at_slurm_not_the_driver() -> None
         "CUDA_VISIBLE_DEVICES=<unset>\n",
         "srun: error: Unable to create step for job 42: Invalid generic resource (gres) specification\n",
     )
-    outcome = gpu.isolation(StubContext(spec_text(), {"isolation": refused}))
+    outcome = isolation(StubContext(spec_text(), {"isolation": refused}))
     assert outcome.overall is Status.FAIL
     assert "Invalid generic resource" in outcome.nodes[0].message
-    assert outcome.hint == gpu.LAUNCH_HINT
+    assert outcome.hint == LAUNCH_HINT
 
 
 def test_nodes_launch_found_dead_are_skipped_not_queued_for() -> None:
     ctx = StubContext(spec_text(), {"smi": ok(SMI_H100_X2)})
     ctx.memo["launch_failed"] = {"gpu02"}
-    outcome = gpu.nvidia_smi_inventory(ctx)
+    outcome = nvidia_smi_inventory(ctx)
     rows = by_node(outcome)
     assert rows["gpu02"].status is Status.SKIP and rows["gpu01"].status is Status.PASS
     assert [call[1] for call in ctx.calls] == ["gpu01"]
     ctx.memo["launch_failed"] = {"gpu01", "gpu02"}
-    assert gpu.ddp_smoke(ctx).overall is Status.SKIP
+    assert ddp_smoke(ctx).overall is Status.SKIP
