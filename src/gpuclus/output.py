@@ -16,9 +16,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from gpuclus.errors import GpuclusError
-from gpuclus.spec.findings import Finding, Level
+from gpuclus.spec.findings import Finding, Severity
 
-_LEVEL_STYLE = {Level.ERROR: "bold red", Level.WARNING: "yellow", Level.INFO: "cyan"}
+_SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
 
 class Output:
@@ -72,9 +72,9 @@ class Output:
                 where += f":{finding.line}"
                 if finding.column is not None:
                     where += f":{finding.column}"
-            style = _LEVEL_STYLE[finding.level]
+            style = _SEVERITY_STYLE[finding.severity]
             console.print(
-                f"[bold]{escape(where)}:[/] [{style}]{finding.level.value}[/][dim]\\[{finding.code}][/] "
+                f"[bold]{escape(where)}:[/] [{style}]{finding.severity.value}[/][dim]\\[{finding.code}][/] "
                 f"{escape(finding.path)}: {escape(finding.message)}"
             )
             if finding.source_line is not None and finding.line is not None:
@@ -87,9 +87,9 @@ class Output:
 
 
 def findings_summary(findings: list[Finding]) -> dict[str, int]:
-    counts = {level.value: 0 for level in Level}
+    counts = {severity.value: 0 for severity in Severity}
     for finding in findings:
-        counts[finding.level.value] += 1
+        counts[finding.severity.value] += 1
     return counts
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from gpuclus.spec.checks import CHECKS, CODES, run_checks
-from gpuclus.spec.findings import Finding, Level, has_errors, sort_findings
+from gpuclus.spec.findings import Finding, Severity, has_errors, sort_findings
 from gpuclus.spec.load import LoadedSpec, load_spec, load_spec_text
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -45,7 +45,7 @@ def _expectation(fixture: Path) -> Expectation:
 
 
 def _describe(findings: list[Finding]) -> str:
-    return "\n".join(f"  {f.code} {f.level.value} line={f.line} path={f.path}: {f.message}" for f in findings)
+    return "\n".join(f"  {f.code} {f.severity.value} line={f.line} path={f.path}: {f.message}" for f in findings)
 
 
 @pytest.mark.parametrize("code", sorted(CODES))
@@ -61,7 +61,7 @@ def test_every_code_has_a_fixture_that_triggers_it(code: str) -> None:
     matching = [
         f
         for f in result.findings
-        if f.code == code and f.line == expected.line and f.path == expected.path and f.level is level
+        if f.code == code and f.line == expected.line and f.path == expected.path and f.severity is level
     ]
     assert matching, (
         f"expected {code} ({level.value}) at line {expected.line}, path {expected.path}; got:\n"
@@ -93,7 +93,7 @@ def test_no_fixture_for_a_code_that_does_not_exist() -> None:
 def test_codes_registry_levels_and_summaries() -> None:
     for code, (level, summary) in CODES.items():
         assert re.fullmatch(r"[a-z]+(-[a-z]+)*", code), code
-        assert isinstance(level, Level)
+        assert isinstance(level, Severity)
         assert summary and not summary.endswith(".")
 
 
@@ -103,7 +103,7 @@ def test_every_semantic_finding_has_a_registered_code_and_level() -> None:
     for fixture in sorted(INVALID.glob("*.yaml")):
         for finding in load_spec(fixture).findings:
             assert finding.code in CODES, f"{fixture.name}: unregistered code {finding.code!r}"
-            assert finding.level is CODES[finding.code][0], f"{fixture.name}: {finding.code} at wrong level"
+            assert finding.severity is CODES[finding.code][0], f"{fixture.name}: {finding.code} at wrong level"
 
 
 # -- valid specs ---------------------------------------------------------------
@@ -119,7 +119,7 @@ def test_the_valid_fixtures_exist() -> None:
 @pytest.mark.parametrize("fixture", VALID_SPECS, ids=lambda p: p.stem)
 def test_valid_spec_loads_without_errors_or_warnings(fixture: Path) -> None:
     result = load_spec(fixture)
-    problems = [f for f in result.findings if f.level is not Level.INFO]
+    problems = [f for f in result.findings if f.severity is not Severity.INFO]
     assert not problems, _describe(problems)
     assert result.ok
     assert result.spec is not None and result.topology is not None
@@ -252,7 +252,7 @@ containers: {enroot: false, pyxis: true}
         ("pyxis-without-enroot", 19, "containers.pyxis"),
     ]
     # Errors come first, then by line.
-    assert [f.level for f in result.findings] == [Level.ERROR] * 4 + [Level.WARNING]
+    assert [f.severity for f in result.findings] == [Severity.ERROR] * 4 + [Severity.WARNING]
     assert [f.line for f in result.findings[:4]] == [10, 16, 18, 19]
     assert result.spec is not None  # structure was fine; only the meaning is wrong
     assert not result.ok
@@ -326,8 +326,8 @@ def test_sort_findings_puts_errors_first_then_lines() -> None:
     text = BASE.replace("roles: [compute]", "roles: [compute, compute]").replace("nfs_server, ", "")
     result = load_spec_text(text)
     assert sort_findings(list(reversed(result.findings))) == result.findings
-    levels = [f.level for f in result.findings]
-    assert levels == sorted(levels, key=[Level.ERROR, Level.WARNING, Level.INFO].index)
+    severities = [f.severity for f in result.findings]
+    assert severities == sorted(severities, key=[Severity.ERROR, Severity.WARNING, Severity.INFO].index)
 
 
 def test_finding_as_dict_is_json_ready() -> None:

@@ -18,7 +18,7 @@ from gpuclus.spec.document import (
     parse_spec_text,
     read_spec_text,
 )
-from gpuclus.spec.findings import Finding, Level
+from gpuclus.spec.findings import Finding, Severity
 from gpuclus.spec.load import load_spec, load_spec_text
 
 VALID_TEXT = """\
@@ -49,7 +49,7 @@ def _assert_findings_are_well_formed(findings: list[Finding]) -> None:
     assert findings
     for finding in findings:
         assert finding.code in CODES
-        assert finding.level is CODES[finding.code][0]
+        assert finding.severity is CODES[finding.code][0]
 
 
 # -- positions -----------------------------------------------------------------
@@ -107,7 +107,7 @@ def test_a_missing_key_is_shown_at_the_mapping_that_should_hold_it() -> None:
 
 def test_locate_attaches_file_line_column_and_source_line() -> None:
     document = parse_spec_text(NESTED, "x.yaml")
-    finding = Finding(code="wrong-type", level=Level.ERROR, message="m", loc=("flow", "b", "c"))
+    finding = Finding(code="wrong-type", severity=Severity.ERROR, message="m", loc=("flow", "b", "c"))
     located = document.locate(finding)
     assert (located.file, located.line, located.column) == ("x.yaml", 7, 21)
     assert located.source_line == "flow: {a: 1, b: {c: 2}}"
@@ -181,7 +181,7 @@ def test_duplicate_top_level_key_points_at_the_second_one() -> None:
     result = load_spec_text(text)
     finding = _only(result.findings, "duplicate-key")
     assert (finding.line, finding.column, finding.path) == (15, 1, "cluster")
-    assert finding.level is Level.ERROR and finding.hint
+    assert finding.severity is Severity.ERROR and finding.hint
     # YAML keeps the last value, and the rest of the spec is still checked.
     assert result.spec is not None and result.spec.cluster.name == "other"
 
@@ -254,7 +254,7 @@ def test_control_characters_are_a_syntax_finding_not_a_crash(char: str) -> None:
     # Valid UTF-8 that YAML refuses to read, e.g. a colour escape pasted from a terminal.
     text = VALID_TEXT.replace("name: lab", f"name: lab{char}")
     result = load_spec_text(text)
-    assert _only(result.findings, "yaml-syntax").level is Level.ERROR
+    assert _only(result.findings, "yaml-syntax").severity is Severity.ERROR
 
 
 _LAUGHS = """

@@ -461,7 +461,7 @@ def test_no_exports_means_no_nfs_server_and_no_warning() -> None:
     assert "  exports: []\n" in text
     spec = load_spec_text(text)
     assert spec.ok
-    assert [finding.code for finding in spec.findings if finding.level.value != "info"] == []
+    assert [finding.code for finding in spec.findings if finding.severity.value != "info"] == []
     assert spec.topology is not None and Role.NFS_SERVER not in roles_of(spec, "head")
 
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from gpuclus.spec.findings import Level
+from gpuclus.spec.findings import Severity
 from gpuclus.spec.load import load_spec, load_spec_text
 from gpuclus.spec.models import (
     API_VERSION,
@@ -221,8 +221,8 @@ def test_bad_entry_becomes_a_finding_and_is_left_out() -> None:
 def test_address_range_of_another_length_is_a_finding() -> None:
     nodes = [{"name": "gpu[1-3]", "address": "10.0.0.[1-2]", "roles": ["compute", "controller"]}]
     topology, findings = expand_nodes(_spec(nodes=nodes))
-    assert [(f.code, f.loc, f.level) for f in findings] == [
-        ("hostlist-length-mismatch", ("nodes", 0, "address"), Level.ERROR)
+    assert [(f.code, f.loc, f.severity) for f in findings] == [
+        ("hostlist-length-mismatch", ("nodes", 0, "address"), Severity.ERROR)
     ]
     assert topology.nodes == ()
 

@@ -185,7 +185,7 @@ def test_sandbox_spec_is_valid_and_matches_the_plan(count: int, gpus: int) -> No
     text = sandbox_spec_text(plan)
     loaded = load_spec_text(text, "sandbox.yaml")
     assert loaded.ok, [f"{f.code}: {f.message}" for f in loaded.findings]
-    assert not [f for f in loaded.findings if f.level.value == "error"]
+    assert not [f for f in loaded.findings if f.severity.value == "error"]
     spec, topology = loaded.spec, loaded.topology
     assert spec is not None and topology is not None
 

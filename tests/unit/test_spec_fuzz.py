@@ -62,7 +62,7 @@ def _assert_well_formed(result: LoadedSpec, text: str) -> None:
     lines = text.splitlines()
     for finding in result.findings:
         assert finding.code in CODES, finding
-        assert finding.level is CODES[finding.code][0], finding
+        assert finding.severity is CODES[finding.code][0], finding
         assert finding.message, finding
         if finding.line is not None and finding.source_line is not None:
             assert 1 <= finding.line <= max(len(lines), 1)

@@ -54,7 +54,7 @@ def load_checked_spec(path: Path, out: Output) -> Any:
     loaded = read_spec(path)
     counts = findings_summary(loaded.findings)
     failing = counts["error"] > 0
-    shown = loaded.findings if failing else [f for f in loaded.findings if f.level.value != "info"]
+    shown = loaded.findings if failing else [f for f in loaded.findings if f.severity.value != "info"]
     out.findings(shown)
     if failing or not loaded.ok:
         raise SpecInvalidError(

@@ -13,7 +13,7 @@ from rich.markup import escape
 from gpuclus.cli.common import DEFAULT_SPEC, JsonOption, handled, require_absent_or_force
 from gpuclus.errors import SpecInvalidError, UsageError
 from gpuclus.output import Output, plural
-from gpuclus.spec.findings import Level
+from gpuclus.spec.findings import Severity
 
 if TYPE_CHECKING:  # initspec pulls in pydantic and jinja2; importing it at start-up slows --help
     from gpuclus.initspec import InitPlan
@@ -237,9 +237,9 @@ def _check_before_writing(out: Output, extra: dict[str, Any], text: str, output:
 
     loaded = load_spec_text(text, str(output))
     if loaded.ok:
-        out.findings([f for f in loaded.findings if f.level is Level.WARNING])
+        out.findings([f for f in loaded.findings if f.severity is Severity.WARNING])
         return
-    errors = [f for f in loaded.findings if f.level is Level.ERROR]
+    errors = [f for f in loaded.findings if f.severity is Severity.ERROR]
     out.findings(errors)
     extra["findings"] = [finding.as_dict() for finding in loaded.findings]
     raise SpecInvalidError(

@@ -224,7 +224,7 @@ def _spec_text(plan: SandboxPlan) -> str:
     text = sandbox_spec_text(plan)
     loaded = load_spec_text(text, "sandbox.yaml")
     if not loaded.ok:  # a bug in the template, never the user's doing
-        problems = "; ".join(f"{f.code} {f.path}: {f.message}" for f in loaded.findings if f.level.value == "error")
+        problems = "; ".join(f"{f.code} {f.path}: {f.message}" for f in loaded.findings if f.severity.value == "error")
         raise SandboxError(f"internal error: the sandbox spec does not pass its own check: {problems}")
     return text
 

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from gpuclus.spec import hostlist
-from gpuclus.spec.findings import Finding, Level, error, info, warning
+from gpuclus.spec.findings import Finding, Severity, error, info, warning
 from gpuclus.spec.models import ClusterSpec, Role
 from gpuclus.spec.topology import Node, Topology
 
@@ -450,51 +450,51 @@ def login_node(spec: ClusterSpec, topology: Topology) -> list[Finding]:
 
 # Every finding code gpuclus can report, with its level and a one-line summary.
 # docs/spec.md lists them and tests/unit/test_checks.py keeps a fixture for each.
-CODES: dict[str, tuple[Level, str]] = {
+CODES: dict[str, tuple[Severity, str]] = {
     # Reading the file
-    "empty-file": (Level.ERROR, "the file is empty or holds only comments"),
-    "yaml-syntax": (Level.ERROR, "the file is not valid YAML"),
-    "duplicate-key": (Level.ERROR, "a mapping repeats a key"),
-    "not-a-mapping": (Level.ERROR, "the top level is not a mapping"),
-    "api-version": (Level.ERROR, "apiVersion is missing or not gpuclus/v1"),
+    "empty-file": (Severity.ERROR, "the file is empty or holds only comments"),
+    "yaml-syntax": (Severity.ERROR, "the file is not valid YAML"),
+    "duplicate-key": (Severity.ERROR, "a mapping repeats a key"),
+    "not-a-mapping": (Severity.ERROR, "the top level is not a mapping"),
+    "api-version": (Severity.ERROR, "apiVersion is missing or not gpuclus/v1"),
     # Structure (schema)
-    "missing-field": (Level.ERROR, "a required key is missing"),
-    "unknown-key": (Level.ERROR, "a key the spec does not define (often a typo)"),
-    "wrong-type": (Level.ERROR, "a value of the wrong type"),
-    "out-of-range": (Level.ERROR, "a number or list length outside its bounds"),
-    "invalid-choice": (Level.ERROR, "a value not among the allowed choices"),
-    "invalid-format": (Level.ERROR, "a text value in the wrong format"),
-    "invalid-value": (Level.ERROR, "a value the spec cannot use"),
+    "missing-field": (Severity.ERROR, "a required key is missing"),
+    "unknown-key": (Severity.ERROR, "a key the spec does not define (often a typo)"),
+    "wrong-type": (Severity.ERROR, "a value of the wrong type"),
+    "out-of-range": (Severity.ERROR, "a number or list length outside its bounds"),
+    "invalid-choice": (Severity.ERROR, "a value not among the allowed choices"),
+    "invalid-format": (Severity.ERROR, "a text value in the wrong format"),
+    "invalid-value": (Severity.ERROR, "a value the spec cannot use"),
     # Meaning
-    "hostlist-syntax": (Level.ERROR, "a hostlist range that does not expand"),
-    "hostlist-length-mismatch": (Level.ERROR, "name and address ranges of different lengths"),
-    "controller-count": (Level.ERROR, "not exactly one controller"),
-    "no-compute": (Level.ERROR, "no compute node"),
-    "invalid-node-name": (Level.ERROR, "a node name that is not a valid host name"),
-    "duplicate-node-name": (Level.ERROR, "two nodes share a name"),
-    "invalid-address": (Level.ERROR, "an address that is neither IP nor DNS name"),
-    "duplicate-address": (Level.ERROR, "two nodes share an address"),
-    "duplicate-role": (Level.WARNING, "a role listed twice on one node"),
-    "gpus-on-non-compute": (Level.WARNING, "GPUs on a node Slurm does not schedule"),
-    "controller-gpu-compute": (Level.WARNING, "the controller is also a GPU compute node"),
-    "duplicate-partition": (Level.ERROR, "two partitions share a name"),
-    "partition-unknown-node": (Level.ERROR, "a partition names a node not in the spec"),
-    "partition-non-compute-node": (Level.ERROR, "a partition names a node without the compute role"),
-    "multiple-default-partitions": (Level.ERROR, "more than one default partition"),
-    "compute-without-partition": (Level.WARNING, "a compute node in no partition"),
-    "nfs-server-missing": (Level.ERROR, "exports without an nfs_server node"),
-    "nfs-server-multiple": (Level.ERROR, "more than one nfs_server node"),
-    "nfs-server-without-exports": (Level.WARNING, "an nfs_server node with nothing to export"),
-    "duplicate-export": (Level.ERROR, "an export path or mount point used twice"),
+    "hostlist-syntax": (Severity.ERROR, "a hostlist range that does not expand"),
+    "hostlist-length-mismatch": (Severity.ERROR, "name and address ranges of different lengths"),
+    "controller-count": (Severity.ERROR, "not exactly one controller"),
+    "no-compute": (Severity.ERROR, "no compute node"),
+    "invalid-node-name": (Severity.ERROR, "a node name that is not a valid host name"),
+    "duplicate-node-name": (Severity.ERROR, "two nodes share a name"),
+    "invalid-address": (Severity.ERROR, "an address that is neither IP nor DNS name"),
+    "duplicate-address": (Severity.ERROR, "two nodes share an address"),
+    "duplicate-role": (Severity.WARNING, "a role listed twice on one node"),
+    "gpus-on-non-compute": (Severity.WARNING, "GPUs on a node Slurm does not schedule"),
+    "controller-gpu-compute": (Severity.WARNING, "the controller is also a GPU compute node"),
+    "duplicate-partition": (Severity.ERROR, "two partitions share a name"),
+    "partition-unknown-node": (Severity.ERROR, "a partition names a node not in the spec"),
+    "partition-non-compute-node": (Severity.ERROR, "a partition names a node without the compute role"),
+    "multiple-default-partitions": (Severity.ERROR, "more than one default partition"),
+    "compute-without-partition": (Severity.WARNING, "a compute node in no partition"),
+    "nfs-server-missing": (Severity.ERROR, "exports without an nfs_server node"),
+    "nfs-server-multiple": (Severity.ERROR, "more than one nfs_server node"),
+    "nfs-server-without-exports": (Severity.WARNING, "an nfs_server node with nothing to export"),
+    "duplicate-export": (Severity.ERROR, "an export path or mount point used twice"),
     "monitoring-on-controller": (
-        Level.INFO,
+        Severity.INFO,
         "no monitoring node; Prometheus and Grafana run on the controller",
     ),
-    "monitoring-node-multiple": (Level.ERROR, "more than one monitoring node"),
-    "pyxis-without-enroot": (Level.ERROR, "Pyxis without Enroot"),
-    "grafana-not-shipped": (Level.WARNING, "Grafana asked for; this version does not install it"),
-    "no-gpu-nodes": (Level.INFO, "no node declares GPUs"),
-    "fake-gpus-with-driver": (Level.WARNING, "driver install on nodes with fake GPUs"),
-    "cuda-without-driver": (Level.INFO, "CUDA installed without the driver"),
-    "no-login-node": (Level.INFO, "no login node; the controller serves as one"),
+    "monitoring-node-multiple": (Severity.ERROR, "more than one monitoring node"),
+    "pyxis-without-enroot": (Severity.ERROR, "Pyxis without Enroot"),
+    "grafana-not-shipped": (Severity.WARNING, "Grafana asked for; this version does not install it"),
+    "no-gpu-nodes": (Severity.INFO, "no node declares GPUs"),
+    "fake-gpus-with-driver": (Severity.WARNING, "driver install on nodes with fake GPUs"),
+    "cuda-without-driver": (Severity.INFO, "CUDA installed without the driver"),
+    "no-login-node": (Severity.INFO, "no login node; the controller serves as one"),
 }

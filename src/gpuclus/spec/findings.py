@@ -1,6 +1,6 @@
 """Findings: what the loader and the checks report about a spec.
 
-A finding carries a stable code (documented in docs/spec.md), a level, the
+A finding carries a stable code (documented in docs/spec.md), a severity, the
 path of the value it is about, and a hint that says how to fix it. Positions
 (file, line, column) are attached after the fact by the document, so checks
 stay free of YAML concerns.
@@ -15,7 +15,7 @@ from typing import Any
 Loc = tuple[str | int, ...]
 
 
-class Level(enum.StrEnum):
+class Severity(enum.StrEnum):
     ERROR = "error"
     WARNING = "warning"
     INFO = "info"
@@ -24,7 +24,7 @@ class Level(enum.StrEnum):
 @dataclass(frozen=True)
 class Finding:
     code: str
-    level: Level
+    severity: Severity
     message: str
     loc: Loc = ()
     hint: str | None = None
@@ -43,7 +43,8 @@ class Finding:
     def as_dict(self) -> dict[str, Any]:
         return {
             "code": self.code,
-            "level": self.level.value,
+            # "level" is the key `spec check --json` has always printed; scripts read it.
+            "level": self.severity.value,
             "path": self.path,
             "message": self.message,
             "hint": self.hint,
@@ -54,15 +55,15 @@ class Finding:
 
 
 def error(code: str, message: str, loc: Loc = (), hint: str | None = None) -> Finding:
-    return Finding(code=code, level=Level.ERROR, message=message, loc=loc, hint=hint)
+    return Finding(code=code, severity=Severity.ERROR, message=message, loc=loc, hint=hint)
 
 
 def warning(code: str, message: str, loc: Loc = (), hint: str | None = None) -> Finding:
-    return Finding(code=code, level=Level.WARNING, message=message, loc=loc, hint=hint)
+    return Finding(code=code, severity=Severity.WARNING, message=message, loc=loc, hint=hint)
 
 
 def info(code: str, message: str, loc: Loc = (), hint: str | None = None) -> Finding:
-    return Finding(code=code, level=Level.INFO, message=message, loc=loc, hint=hint)
+    return Finding(code=code, severity=Severity.INFO, message=message, loc=loc, hint=hint)
 
 
 def format_loc(loc: Loc) -> str:
@@ -76,13 +77,13 @@ def format_loc(loc: Loc) -> str:
     return text or "(document)"
 
 
-_LEVEL_ORDER = {Level.ERROR: 0, Level.WARNING: 1, Level.INFO: 2}
+_SEVERITY_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
     """Errors first, then by line, so the most useful line is on top."""
-    return sorted(findings, key=lambda f: (_LEVEL_ORDER[f.level], f.line or 0, f.column or 0, f.code))
+    return sorted(findings, key=lambda f: (_SEVERITY_ORDER[f.severity], f.line or 0, f.column or 0, f.code))
 
 
 def has_errors(findings: list[Finding]) -> bool:
-    return any(f.level is Level.ERROR for f in findings)
+    return any(f.severity is Severity.ERROR for f in findings)
