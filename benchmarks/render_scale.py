@@ -65,7 +65,13 @@ def time_in_process(spec_path: Path, out_dir: Path, repeat: int) -> tuple[float,
         loaded = load_spec(spec_path)
         assert loaded.ok and loaded.spec is not None and loaded.topology is not None, loaded.findings
         rendered_at = time.perf_counter()
-        rendered = render_files(loaded.spec, loaded.topology, source_name=spec_path.name, state_dir="../.gpuclus")
+        rendered = render_files(
+            loaded.spec,
+            loaded.topology,
+            source_name=spec_path.name,
+            state_dir="../.gpuclus",
+            known_hosts=str(spec_path.resolve().parent / ".gpuclus" / "ssh" / "known_hosts"),
+        )
         write_rendered(out_dir, rendered, force=False)
         end = time.perf_counter()
         samples.append(end - start)

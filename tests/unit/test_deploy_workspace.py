@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import configparser
 import hashlib
 import json
 import os
@@ -17,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuclus.ansible_settings import MAX_FORKS
 from gpuclus.deploy.phases import Phase
 from gpuclus.deploy.workspace import (
-    MAX_FORKS,
     RunConfig,
     ansible_environment,
     entry_playbook,
@@ -36,6 +37,7 @@ from gpuclus.state import StateDir
 
 PLAYBOOKS = Path(__file__).resolve().parents[1] / "fixtures" / "deploy_playbooks"
 RUN_ID = "20260301T120000Z-ab12"
+CONFIG_FILE = Path("/srv/lab/.gpuclus/runs") / RUN_ID / "ansible.cfg"
 PHASES = [Phase.BASE, Phase.NFS, Phase.SLURM, Phase.MONITORING]
 HOSTS = ["head", "gpu01", "gpu02"]
 SPEC = """\
@@ -68,7 +70,13 @@ def state(tmp_path: Path) -> StateDir:
 def rendered() -> dict[str, str]:
     loaded = load_spec_text(SPEC)
     assert loaded.ok and loaded.spec is not None and loaded.topology is not None
-    return render_files(loaded.spec, loaded.topology, source_name="cluster.yaml", state_dir="../..")
+    return render_files(
+        loaded.spec,
+        loaded.topology,
+        source_name="cluster.yaml",
+        state_dir="../..",
+        known_hosts="/srv/lab/.gpuclus/ssh/known_hosts",
+    )
 
 
 def prepare(state: StateDir, rendered: dict[str, str], **options: Any) -> RunConfig:
@@ -248,23 +256,26 @@ def test_host_keys_are_checked_with_gpuclus_known_hosts(state: StateDir, rendere
 
 def test_known_hosts_path_with_spaces_stays_one_ssh_argument(tmp_path: Path) -> None:
     state = StateDir.beside(tmp_path / "my lab" / "cluster.yaml")
-    options = shlex.split(ansible_environment(state, 3)["ANSIBLE_SSH_ARGS"])
+    options = shlex.split(ansible_environment(state, 3, CONFIG_FILE)["ANSIBLE_SSH_ARGS"])
     assert f"UserKnownHostsFile={state.known_hosts}" in options
 
 
-def test_settings_come_as_envvars_not_an_ansible_cfg(state: StateDir, rendered: dict[str, str]) -> None:
-    envvars = prepare(state, rendered).envvars
+def test_settings_come_as_envvars_and_the_runs_own_ansible_cfg(state: StateDir, rendered: dict[str, str]) -> None:
+    config = prepare(state, rendered)
+    envvars = config.envvars
     assert envvars["ANSIBLE_ROLES_PATH"] == str(data_dir("roles"))
     assert envvars["ANSIBLE_CACHE_PLUGIN_CONNECTION"] == str(state.root / "facts")
     assert envvars["ANSIBLE_RETRY_FILES_ENABLED"] == "False"
     assert envvars["ANSIBLE_NOCOLOR"] == "1"
-    assert "ANSIBLE_CONFIG" not in envvars
+    # Named, never searched for: no ~/.ansible.cfg or /etc/ansible/ansible.cfg gets into a run.
+    assert envvars["ANSIBLE_CONFIG"] == str(config.run_dir / "ansible.cfg")
+    assert Path(envvars["ANSIBLE_CONFIG"]).is_file()
     assert all(isinstance(value, str) for value in envvars.values())
 
 
 @pytest.mark.parametrize(("hosts", "forks"), [(0, 1), (1, 1), (3, 3), (MAX_FORKS, MAX_FORKS), (400, MAX_FORKS)])
 def test_forks_follow_the_host_count(state: StateDir, hosts: int, forks: int) -> None:
-    assert ansible_environment(state, hosts)["ANSIBLE_FORKS"] == str(forks)
+    assert ansible_environment(state, hosts, CONFIG_FILE)["ANSIBLE_FORKS"] == str(forks)
 
 
 # Playbooks and run ids ---------------------------------------------------------------------
@@ -303,4 +314,10 @@ def test_new_run_ids_in_the_same_second_differ() -> None:
 
 def test_main_loop_does_not_spin(state: StateDir, rendered: dict[str, str]) -> None:
     # Ansible's default 1 ms poll took CPU from the nodes on the 2-core CI host.
-    assert float(prepare(state, rendered).envvars["ANSIBLE_INTERNAL_POLL_INTERVAL"]) >= 0.01
+    # Ansible reads internal_poll_interval from a config file only (an
+    # ANSIBLE_INTERNAL_POLL_INTERVAL variable is ignored): the run's ansible.cfg carries it.
+    envvars = prepare(state, rendered).envvars
+    assert "ANSIBLE_INTERNAL_POLL_INTERVAL" not in envvars
+    cfg = configparser.ConfigParser()
+    cfg.read(envvars["ANSIBLE_CONFIG"])
+    assert float(cfg["defaults"]["internal_poll_interval"]) >= 0.01

@@ -31,6 +31,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "inventories" / "examples"
 EXAMPLE_NAMES = ("lab-3node", "ib-16node", "workstation")
 ANSIBLE_BIN = Path(sys.executable).parent
 STATE_DIR = "../.gpuclus"  # what the CLI passes for the default `rendered/` beside the spec
+KNOWN_HOSTS = "/srv/lab/.gpuclus/ssh/known_hosts"  # absolute: where the spec's .gpuclus/ is
 
 # Everything optional left out: CPU-only, no NFS, no monitoring, no login, so
 # four inventory groups are empty and the singletons are null.
@@ -86,9 +87,11 @@ SPECS = {name: (lambda name=name: example(name)) for name in EXAMPLE_NAMES} | {
 }
 
 
-def rendered(name: str, state_dir: str = STATE_DIR) -> dict[str, str]:
+def rendered(name: str, state_dir: str = STATE_DIR, known_hosts: str = KNOWN_HOSTS) -> dict[str, str]:
     loaded = SPECS[name]()
-    return render_files(loaded.spec, loaded.topology, source_name="cluster.yaml", state_dir=state_dir)
+    return render_files(
+        loaded.spec, loaded.topology, source_name="cluster.yaml", state_dir=state_dir, known_hosts=known_hosts
+    )
 
 
 def spec_and_file_ids() -> list[Any]:
@@ -120,7 +123,13 @@ from pathlib import Path
 from gpuclus.render import render_files
 from gpuclus.spec.load import load_spec
 loaded = load_spec(Path(sys.argv[1]))
-files = render_files(loaded.spec, loaded.topology, source_name="cluster.yaml", state_dir="../.gpuclus")
+files = render_files(
+    loaded.spec,
+    loaded.topology,
+    source_name="cluster.yaml",
+    state_dir="../.gpuclus",
+    known_hosts="/srv/lab/.gpuclus/ssh/known_hosts",
+)
 print(json.dumps(files))
 """
 
@@ -149,10 +158,11 @@ def test_no_absolute_path_of_this_machine_in_the_output(name: str) -> None:
     for path, text in rendered(name).items():
         for machine_path in machine_paths:
             assert machine_path not in text, (path, machine_path)
-        # Outside comments, the only absolute paths are the spec's NFS paths.
+        # Outside comments, the only absolute paths are the spec's NFS paths
+        # and the known_hosts file the caller named.
         settings = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
         for found in re.findall(r"(?<![\w.])/[\w./-]+", settings):
-            assert path.endswith("nfs.yml"), (path, found)
+            assert path.endswith("nfs.yml") or (path == "ansible.cfg" and found == KNOWN_HOSTS), (path, found)
 
 
 @pytest.mark.parametrize("name", SPECS)
@@ -166,22 +176,51 @@ def test_every_file_starts_with_the_generated_header(name: str) -> None:
 def test_source_name_must_be_a_bare_file_name() -> None:
     loaded = inline(MINIMAL)
     with pytest.raises(ValueError, match="file name"):
-        render_files(loaded.spec, loaded.topology, source_name="/home/me/cluster.yaml", state_dir=STATE_DIR)
+        render_files(
+            loaded.spec,
+            loaded.topology,
+            source_name="/home/me/cluster.yaml",
+            state_dir=STATE_DIR,
+            known_hosts=KNOWN_HOSTS,
+        )
     with pytest.raises(UsageError, match="control characters"):
-        render_files(loaded.spec, loaded.topology, source_name="clu\nster.yaml", state_dir=STATE_DIR)
+        render_files(
+            loaded.spec, loaded.topology, source_name="clu\nster.yaml", state_dir=STATE_DIR, known_hosts=KNOWN_HOSTS
+        )
 
 
 def test_state_dir_must_be_relative_and_fit_in_ansible_cfg() -> None:
     loaded = inline(MINIMAL)
     with pytest.raises(ValueError, match="relative"):
-        render_files(loaded.spec, loaded.topology, source_name="cluster.yaml", state_dir="/srv/x/.gpuclus")
+        render_files(
+            loaded.spec,
+            loaded.topology,
+            source_name="cluster.yaml",
+            state_dir="/srv/x/.gpuclus",
+            known_hosts=KNOWN_HOSTS,
+        )
     with pytest.raises(UsageError, match=r"ansible\.cfg cannot hold"):
-        render_files(loaded.spec, loaded.topology, source_name="cluster.yaml", state_dir="../100%/.gpuclus")
+        render_files(
+            loaded.spec,
+            loaded.topology,
+            source_name="cluster.yaml",
+            state_dir="../100%/.gpuclus",
+            known_hosts=KNOWN_HOSTS,
+        )
 
 
-def test_state_dir_with_a_space_stays_one_ssh_argument() -> None:
-    cfg = rendered("minimal", state_dir="../my lab/.gpuclus")["ansible.cfg"]
-    assert "UserKnownHostsFile='../my lab/.gpuclus/ssh/known_hosts'" in cfg
+def test_known_hosts_with_a_space_stays_one_ssh_argument() -> None:
+    cfg = rendered("minimal", known_hosts="/srv/my lab/.gpuclus/ssh/known_hosts")["ansible.cfg"]
+    assert "UserKnownHostsFile='/srv/my lab/.gpuclus/ssh/known_hosts'" in cfg
+
+
+def test_known_hosts_must_be_absolute_and_fit_in_ansible_cfg() -> None:
+    # A relative one would be resolved by ssh against wherever Ansible runs:
+    # a new, empty trust store there, and every host key "new" again.
+    with pytest.raises(ValueError, match="absolute"):
+        rendered("minimal", known_hosts="../.gpuclus/ssh/known_hosts")
+    with pytest.raises(UsageError, match=r"ansible\.cfg cannot hold"):
+        rendered("minimal", known_hosts="/srv/100%/.gpuclus/ssh/known_hosts")
 
 
 def test_values_with_jinja_delimiters_are_refused() -> None:
@@ -193,7 +232,9 @@ def test_values_with_jinja_delimiters_are_refused() -> None:
     )
     assert loaded.ok, loaded.findings
     with pytest.raises(UsageError, match="Jinja"):
-        render_files(loaded.spec, loaded.topology, source_name="cluster.yaml", state_dir=STATE_DIR)
+        render_files(
+            loaded.spec, loaded.topology, source_name="cluster.yaml", state_dir=STATE_DIR, known_hosts=KNOWN_HOSTS
+        )
 
 
 # YAML and Ansible's view of it --------------------------------------------------------------------
@@ -353,12 +394,18 @@ def test_ansible_cfg_settings_as_ansible_reads_them(tmp_path: Path) -> None:
     assert settings["HOST_KEY_CHECKING"] == "True"
     assert settings["DEFAULT_GATHERING"] == "smart"
     assert settings["CACHE_PLUGIN"] == "jsonfile"
+    assert settings["DEFAULT_INTERNAL_POLL_INTERVAL"] == "0.01"
+    assert (
+        f"UserKnownHostsFile={KNOWN_HOSTS}"
+        in run_ansible("ansible-config", "dump", "--only-changed", "-t", "connection", cwd=out).stdout
+    )
 
 
 def test_path_settings_resolve_against_the_cfg_directory_not_the_working_directory(tmp_path: Path) -> None:
     # What the comment at the top of ansible.cfg claims, checked from another
     # working directory: the key file and the fact cache still land in the
-    # spec's .gpuclus/ (only ssh_args, handed to ssh as is, would not).
+    # spec's .gpuclus/ (ssh_args, handed to ssh as is, names known_hosts by
+    # its absolute path for that reason).
     out = render_into(tmp_path / "spec" / "rendered", "lab-3node")
     elsewhere = tmp_path / "elsewhere" / "deeper"
     elsewhere.mkdir(parents=True)
@@ -395,7 +442,7 @@ def test_ansible_cfg_never_turns_host_key_checking_off(name: str) -> None:
     assert not re.search(r"host_key_checking\s*=\s*(false|no|0)", cfg, re.IGNORECASE)
     assert "host_key_checking = True" in cfg
     assert "-o StrictHostKeyChecking=accept-new" in cfg
-    assert "UserKnownHostsFile=../.gpuclus/ssh/known_hosts" in cfg
+    assert f"UserKnownHostsFile={KNOWN_HOSTS}" in cfg
 
 
 def cluster_of(count: int) -> LoadedSpec:
@@ -413,7 +460,9 @@ def cluster_of(count: int) -> LoadedSpec:
 def test_forks_is_nodes_capped_at_25(nodes: int, forks: int) -> None:
     loaded = cluster_of(nodes)
     assert loaded.topology is not None and len(loaded.topology.nodes) == nodes
-    cfg = render_files(loaded.spec, loaded.topology, source_name="cluster.yaml", state_dir=STATE_DIR)["ansible.cfg"]
+    cfg = render_files(
+        loaded.spec, loaded.topology, source_name="cluster.yaml", state_dir=STATE_DIR, known_hosts=KNOWN_HOSTS
+    )["ansible.cfg"]
     assert f"\nforks = {forks}\n" in cfg
 
 
@@ -461,7 +510,10 @@ def test_changed_spec_rewrites_only_the_files_that_changed(tmp_path: Path) -> No
     )
     assert loaded.ok
     report = write_rendered(
-        tmp_path, render_files(loaded.spec, loaded.topology, source_name="cluster.yaml", state_dir=STATE_DIR)
+        tmp_path,
+        render_files(
+            loaded.spec, loaded.topology, source_name="cluster.yaml", state_dir=STATE_DIR, known_hosts=KNOWN_HOSTS
+        ),
     )
     assert {path for path, status in statuses(report).items() if status == "written"} == {
         f"{GROUP_VARS_DIR}/containers.yml"
@@ -565,17 +617,27 @@ def lab_spec(tmp_path: Path) -> Path:
     return spec
 
 
+def mask_known_hosts(cfg: str) -> str:
+    return re.sub(r"UserKnownHostsFile=\S+", "UserKnownHostsFile=KNOWN_HOSTS", cfg)
+
+
 def test_cli_renders_beside_the_spec(lab_spec: Path) -> None:
     result = runner.invoke(app, ["render", str(lab_spec)])
     assert result.exit_code == 0, result.output
     out = lab_spec.parent / "rendered"
     assert sorted(snapshot_tree(out)) == sorted([*RENDERED_FILES, MANIFEST_NAME])
     assert "written" in result.stdout and "8 files for 3 nodes" in result.stdout
-    # The files do not depend on where the spec lives.
+    # The files do not depend on where the spec lives, but for the absolute
+    # path of its known_hosts in ansible.cfg.
+    known_hosts = lab_spec.parent / ".gpuclus" / "ssh" / "known_hosts"
     for path in RENDERED_FILES:
         text = (out / path).read_text()
+        committed = (EXAMPLES / "lab-3node" / "rendered" / path).read_text()
+        if path == "ansible.cfg":
+            assert f"UserKnownHostsFile={known_hosts}\n" in text
+            text, committed = mask_known_hosts(text), mask_known_hosts(committed)
         assert str(lab_spec.parent) not in text
-        assert text == (EXAMPLES / "lab-3node" / "rendered" / path).read_text()
+        assert text == committed
 
 
 def test_cli_output_option_and_state_dir(lab_spec: Path, tmp_path: Path) -> None:
@@ -583,7 +645,9 @@ def test_cli_output_option_and_state_dir(lab_spec: Path, tmp_path: Path) -> None
     assert result.exit_code == 0, result.output
     cfg = (tmp_path / "build" / "ansible" / "ansible.cfg").read_text()
     assert "private_key_file = ../../.gpuclus/ssh/id_ed25519" in cfg
-    assert str(tmp_path) not in cfg
+    known_hosts = tmp_path / ".gpuclus" / "ssh" / "known_hosts"
+    assert f"UserKnownHostsFile={known_hosts}\n" in cfg
+    assert str(tmp_path) not in cfg.replace(str(known_hosts), "")
 
 
 def test_cli_json_is_one_object(lab_spec: Path) -> None:

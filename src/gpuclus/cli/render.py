@@ -43,23 +43,32 @@ def render(
     is never overwritten silently: the command writes nothing and exits 2
     unless --force is given. Put lasting changes into the spec instead.
 
-    Relative paths in ansible.cfg are meant to be used from the output
-    directory: run ansible-playbook there.
+    ansible.cfg names the spec's .gpuclus/ relative to itself and its
+    known_hosts by absolute path: run ansible-playbook in the output
+    directory (or point ANSIBLE_CONFIG at the file).
 
     Exit 0 when written, 2 for a missing spec or a refused overwrite, 3 when
     the spec has errors (they are listed).
     """
     from gpuclus.render import FileStatus, render_files, write_rendered
+    from gpuclus.state import StateDir
 
     out = Output(json_mode=json_mode)
     with handled(out, {"file": str(spec)}):
         loaded = load_checked_spec(spec, out)
         output_dir = output if output is not None else spec.parent / "rendered"
-        # ansible.cfg points at the spec's .gpuclus/ (SSH key, known_hosts,
-        # fact cache) relative to itself, so the files stay the same wherever
-        # the checkout lives.
-        state_dir = os.path.relpath(spec.parent.resolve() / ".gpuclus", output_dir.resolve())
-        files = render_files(loaded.spec, loaded.topology, source_name=spec.name, state_dir=state_dir)
+        # ansible.cfg points at the spec's .gpuclus/ (SSH key, fact cache)
+        # relative to itself, and at its known_hosts by the absolute path
+        # (ssh would resolve a relative one against the directory Ansible runs in).
+        state = StateDir.beside(spec)
+        state_dir = os.path.relpath(state.root, output_dir.resolve())
+        files = render_files(
+            loaded.spec,
+            loaded.topology,
+            source_name=spec.name,
+            state_dir=state_dir,
+            known_hosts=str(state.known_hosts),
+        )
         report = write_rendered(output_dir, files, force=force)
 
         nodes = len(loaded.topology.nodes)

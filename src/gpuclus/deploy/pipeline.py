@@ -50,9 +50,15 @@ def render_for_run(request_spec: Path, loaded: LoadedSpec) -> dict[str, str]:
     from gpuclus.render import render_files
 
     assert loaded.spec is not None and loaded.topology is not None
-    # The run's own ansible.cfg (for re-running by hand from the run directory)
-    # points two levels up, at .gpuclus/.
-    return render_files(loaded.spec, loaded.topology, source_name=request_spec.name, state_dir="../..")
+    # The run's own ansible.cfg (the run uses it, and it serves re-running by
+    # hand) points two levels up, at .gpuclus/.
+    return render_files(
+        loaded.spec,
+        loaded.topology,
+        source_name=request_spec.name,
+        state_dir="../..",
+        known_hosts=str(StateDir.beside(request_spec).known_hosts),
+    )
 
 
 def resolve_limit(request: DeployRequest, loaded: LoadedSpec, state: StateDir) -> str | None:

@@ -3,9 +3,11 @@
 RunConfig describes a run (paths, settings, phases, limit) and is built
 without running anything, so it is unit-testable; runner.py executes it.
 Each run gets a fresh absolute 0700 directory under .gpuclus/runs/<id>/ with
-the rendered inventory, a spec snapshot and the entry playbook. Ansible's
-settings are passed as environment variables (never an ansible.cfg that may or
-may not be found), and secrets only as the path of .gpuclus/secrets/.
+the rendered inventory and ansible.cfg, a spec snapshot and the entry
+playbook. Ansible's settings come from gpuclus.ansible_settings, as environment
+variables and through ANSIBLE_CONFIG naming the run's own ansible.cfg (never
+an ansible.cfg that may or may not be found), and secrets only as the path of
+.gpuclus/secrets/.
 """
 
 from __future__ import annotations
@@ -21,14 +23,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gpuclus import ansible_settings
 from gpuclus.deploy.events import PHASE_PLAY_PREFIX
 from gpuclus.deploy.phases import Phase
 from gpuclus.fileio import write_text_atomic
+from gpuclus.render.files import ANSIBLE_CFG
 from gpuclus.resources import data_dir
 from gpuclus.state import StateDir
-
-MAX_FORKS = 25
-FACT_CACHE_SECONDS = 86400
 
 
 @dataclass(frozen=True)
@@ -91,39 +92,23 @@ def new_run_id(now: datetime | None = None) -> str:
     return f"{stamp}-{random_source.token_hex(2)}"
 
 
-INTERNAL_POLL_INTERVAL = "0.01"
+def ansible_environment(state: StateDir, host_count: int, config_file: Path) -> dict[str, str]:
+    """The run's envvars: the settings table (as ansible.cfg has it), plus what only a run needs.
 
-
-def ansible_environment(state: StateDir, host_count: int) -> dict[str, str]:
-    known_hosts = shlex.quote(str(state.known_hosts))
+    ``config_file`` is the run's own rendered ansible.cfg: Ansible reads some
+    settings (internal_poll_interval) from a config file only, and naming the
+    file keeps an admin's ~/.ansible.cfg or /etc/ansible/ansible.cfg out of the run.
+    """
+    table = ansible_settings.settings(
+        host_count=host_count, state_dir=str(state.root), known_hosts=str(state.known_hosts)
+    )
     return {
         "PATH": search_path(),
+        "ANSIBLE_CONFIG": str(config_file),
         "ANSIBLE_ROLES_PATH": str(data_dir("roles")),
-        "ANSIBLE_FORKS": str(max(1, min(host_count, MAX_FORKS))),
-        # How long Ansible's main loop sleeps between looks at its workers.
-        # The default (1 ms) spins: on a 2-core host a 12-node free-strategy
-        # phase spent more controller CPU than wall time. 10 ms costs at most
-        # that much latency per task.
-        "ANSIBLE_INTERNAL_POLL_INTERVAL": INTERNAL_POLL_INTERVAL,
-        "ANSIBLE_GATHERING": "smart",
-        "ANSIBLE_CACHE_PLUGIN": "jsonfile",
-        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(state.root / "facts"),
-        "ANSIBLE_CACHE_PLUGIN_TIMEOUT": str(FACT_CACHE_SECONDS),
-        "ANSIBLE_PRIVATE_KEY_FILE": str(state.private_key),
-        "ANSIBLE_HOST_KEY_CHECKING": "True",
-        "ANSIBLE_SSH_ARGS": (
-            "-o ControlMaster=auto -o ControlPersist=60s -o StrictHostKeyChecking=accept-new "
-            f"-o UserKnownHostsFile={known_hosts}"
-        ),
-        "ANSIBLE_PIPELINING": "True",
-        "ANSIBLE_RETRY_FILES_ENABLED": "False",
-        "ANSIBLE_INTERPRETER_PYTHON": "auto_silent",
+        # gpuclus reads Ansible's output (the run log); colour codes would garble it.
         "ANSIBLE_NOCOLOR": "1",
-        # A node that does not answer SSH within 15 s is reported unreachable
-        # instead of holding the run up.
-        "ANSIBLE_TIMEOUT": "15",
-        # Summaries of where the time went land in the run's stdout log.
-        "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
+        **ansible_settings.environment(table),
     }
 
 
@@ -181,7 +166,7 @@ def prepare_run(
         playbook=playbook.resolve(),
         inventory=(run_dir / "inventory" / "hosts.yml").resolve(),
         phases=tuple(phase.value for phase in phases),
-        envvars=ansible_environment(state, len(hosts)),
+        envvars=ansible_environment(state, len(hosts), (run_dir / ANSIBLE_CFG).resolve()),
         # The phases of this run: the base phase installs their packages in
         # its one apt transaction per node (playbooks/base.yml).
         extravars={

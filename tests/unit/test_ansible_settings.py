@@ -1,0 +1,136 @@
+"""One table of Ansible settings: the rendered ansible.cfg and a run's envvars say the same thing."""
+
+from __future__ import annotations
+
+import configparser
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuclus import ansible_settings
+from gpuclus.deploy.phases import Phase
+from gpuclus.deploy.pipeline import render_for_run
+from gpuclus.deploy.workspace import RunConfig, prepare_run
+from gpuclus.secret_files import ensure_secrets
+from gpuclus.spec.load import load_spec
+from gpuclus.state import StateDir
+
+PLAYBOOKS = Path(__file__).resolve().parents[1] / "fixtures" / "deploy_playbooks"
+SPEC = """\
+apiVersion: gpuclus/v1
+cluster: {name: sbx, admin_user: ubuntu}
+nodes:
+  - {name: head, address: 172.28.0.10, roles: [controller, nfs_server, monitoring, login]}
+  - {name: "gpu[01-02]", address: "172.28.0.[11-12]", roles: [compute], gpus: {count: 2, fake: true}}
+nfs: {exports: [/home]}
+nvidia: {driver: {install: false}, cuda: {install: false}}
+containers: {enroot: false, pyxis: false}
+"""
+
+
+@pytest.fixture
+def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RunConfig:
+    """A prepared run, with the ansible.cfg a deploy renders for it."""
+    monkeypatch.setenv("GPUCLUS_PLAYBOOKS_DIR", str(PLAYBOOKS))
+    spec = tmp_path / "my lab" / "cluster.yaml"  # a space: paths must survive shell splitting
+    spec.parent.mkdir()
+    spec.write_text(SPEC)
+    loaded = load_spec(spec)
+    assert loaded.ok and loaded.topology is not None
+    state = StateDir.beside(spec)
+    return prepare_run(
+        spec_path=spec,
+        spec_text=SPEC,
+        rendered=render_for_run(spec, loaded),
+        state=state,
+        secrets_dir=ensure_secrets(state).directory,
+        phases=[Phase.BASE],
+        hosts=[node.name for node in loaded.topology.nodes],
+    )
+
+
+def read_cfg(path: Path) -> configparser.ConfigParser:
+    # Ansible reads ansible.cfg with configparser's default interpolation; so does this.
+    cfg = configparser.ConfigParser(inline_comment_prefixes=(";",))
+    assert cfg.read(path) == [str(path)]
+    return cfg
+
+
+def table(run: RunConfig) -> tuple[ansible_settings.Setting, ...]:
+    state = StateDir(run.run_dir.parents[1])
+    return ansible_settings.settings(
+        host_count=len(run.hosts), state_dir=str(state.root), known_hosts=str(state.known_hosts)
+    )
+
+
+def test_the_runs_ansible_cfg_and_envvars_agree(run: RunConfig) -> None:
+    cfg = read_cfg(run.run_dir / "ansible.cfg")
+    for setting in table(run):
+        written = cfg[setting.section][setting.key]
+        if setting.path:
+            # Ansible resolves a relative path setting against ansible.cfg's directory.
+            written = os.path.normpath(run.run_dir / written)
+        if setting.env is None:
+            continue
+        assert run.envvars[setting.env] == written, setting.key
+    # Every setting of the cfg is one of the table's, and the other way round.
+    listed = {(setting.section, setting.key) for setting in table(run)}
+    assert {(section, key) for section in cfg.sections() for key in cfg[section]} == listed
+
+
+def test_settings_without_a_variable_reach_the_run_through_its_ansible_cfg(run: RunConfig) -> None:
+    assert run.envvars["ANSIBLE_CONFIG"] == str(run.run_dir / "ansible.cfg")
+    only_in_cfg = [setting.key for setting in table(run) if setting.env is None]
+    assert "internal_poll_interval" in only_in_cfg
+    cfg = read_cfg(Path(run.envvars["ANSIBLE_CONFIG"]))
+    assert cfg["defaults"]["internal_poll_interval"] == ansible_settings.INTERNAL_POLL_INTERVAL
+
+
+def test_known_hosts_is_absolute_in_the_cfg_and_the_environment(run: RunConfig) -> None:
+    known_hosts = run.run_dir.parents[1] / "ssh" / "known_hosts"
+    cfg_args = shlex.split(read_cfg(run.run_dir / "ansible.cfg")["ssh_connection"]["ssh_args"])
+    env_args = shlex.split(run.envvars["ANSIBLE_SSH_ARGS"])
+    assert f"UserKnownHostsFile={known_hosts}" in cfg_args
+    assert f"UserKnownHostsFile={known_hosts}" in env_args
+    assert known_hosts.is_absolute()
+
+
+@pytest.mark.parametrize(("hosts", "forks"), [(0, 1), (3, 3), (25, 25), (400, ansible_settings.MAX_FORKS)])
+def test_forks_are_the_host_count_capped(hosts: int, forks: int) -> None:
+    assert ansible_settings.forks(hosts) == forks
+    found = ansible_settings.settings(host_count=hosts, state_dir="../..", known_hosts="/srv/k")
+    assert {setting.key: setting.value for setting in found}["forks"] == str(forks)
+
+
+def test_ansible_reads_every_variable_gpuclus_sets(run: RunConfig, tmp_path: Path) -> None:
+    # A misspelt variable is ignored by Ansible without a word: ask Ansible.
+    tool = Path(sys.executable).parent / "ansible-config"
+    if not tool.exists():
+        pytest.skip(f"ansible-config is not installed beside {sys.executable}")
+    variables = ansible_settings.environment(table(run))
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
+    env |= {"HOME": str(tmp_path), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"), **variables}
+    empty = tmp_path / "empty.cfg"
+    empty.write_text("")
+    env["ANSIBLE_CONFIG"] = str(empty)  # an empty file: only the environment counts
+    dump = subprocess.run(
+        [str(tool), "dump", "--only-changed", "-t", "all"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert dump.returncode == 0, dump.stderr
+    for name in variables:
+        assert f"(env: {name})" in dump.stdout, name
+
+
+def test_known_hosts_must_be_absolute() -> None:
+    with pytest.raises(ValueError, match="absolute"):
+        ansible_settings.settings(host_count=1, state_dir="../..", known_hosts="ssh/known_hosts")
