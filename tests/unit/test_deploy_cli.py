@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from gpuclus.cli import preflight as preflight_cli
 from gpuclus.deploy import pipeline
 from gpuclus.deploy.events import EventTranslator
 from gpuclus.deploy.records import RecordBuilder, RunRecord, runs_dir
 from gpuclus.ssh import client as ssh_client
+from gpuclus.ssh import preflight as ssh_preflight
 from gpuclus.ssh.preflight import NodeReport, PreflightCheck
 from gpuclus.state import StateDir
 
@@ -80,7 +80,7 @@ RECORD_KEYS = {
 
 
 class FakePreflight:
-    """Stands in for cli.preflight.run_for_spec: no SSH, canned reports, calls recorded."""
+    """Stands in for ssh.preflight.preflight_spec: no SSH, canned reports, calls recorded."""
 
     def __init__(self) -> None:
         self.calls: list[Path] = []
@@ -106,7 +106,7 @@ def preflight(monkeypatch: pytest.MonkeyPatch) -> FakePreflight:
     monkeypatch.setattr(pipeline, "execute", trap("pipeline.execute: Ansible would have run"))
     monkeypatch.setattr(ssh_client, "connect", trap("ssh.client.connect"))
     fake = FakePreflight()
-    monkeypatch.setattr(preflight_cli, "run_for_spec", fake)
+    monkeypatch.setattr(ssh_preflight, "preflight_spec", fake)
     return fake
 
 

@@ -415,7 +415,7 @@ def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Load
 
 def test_nodes_failing_preflight_are_left_out_and_recorded(sandbox: tuple[Path, LoadedSpec]) -> None:
     spec, loaded = sandbox
-    prepared = prepare(DeployRequest(spec_path=spec, preflight_failures=(HEAD_DOWN,)), loaded)
+    prepared = prepare(DeployRequest(spec_path=spec), loaded, preflight_failures=(HEAD_DOWN,))
     assert prepared.config.limit == "gpu01,gpu02"
     assert prepared.record.failures == [HEAD_DOWN]
     assert _status("successful", prepared.record, cancelled=False) == "unreachable"
@@ -425,6 +425,6 @@ def test_nodes_failing_preflight_are_left_out_and_recorded(sandbox: tuple[Path, 
 
 def test_preflight_failures_outside_the_limit_are_not_the_runs(sandbox: tuple[Path, LoadedSpec]) -> None:
     spec, loaded = sandbox
-    prepared = prepare(DeployRequest(spec_path=spec, limit="gpu01", preflight_failures=(HEAD_DOWN,)), loaded)
+    prepared = prepare(DeployRequest(spec_path=spec, limit="gpu01"), loaded, preflight_failures=(HEAD_DOWN,))
     assert prepared.config.limit == "gpu01"
     assert prepared.record.failures == []

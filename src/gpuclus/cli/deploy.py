@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
 import signal
-import time
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
@@ -63,7 +61,7 @@ def deploy(
     Exit 0 when every task succeeded, 1 when a task failed, 2 for bad options,
     3 for an invalid spec, 4 when hosts were unreachable, 130 when interrupted.
     """
-    from gpuclus.deploy import pipeline, records
+    from gpuclus.deploy import pipeline
 
     out = Output(json_mode=json_mode)
     with handled(out):
@@ -77,67 +75,34 @@ def deploy(
             verbosity=verbose,
             retry_failed=retry_failed,
             keep=keep,
+            preflight=not no_preflight,
         )
-        chosen = pipeline.scope(request, loaded)  # bad options fail here, before any SSH
-        if not no_preflight:
-            bad = _preflight(out, loaded, spec, chosen.hosts)
-            request = dataclasses.replace(request, preflight_failures=tuple(bad))
-        prepared = pipeline.prepare(request, loaded)
-        for skipped in prepared.skipped:
-            out.note(f"[dim]skipping phase {skipped.phase.value}: {escape(skipped.reason)}[/]")
         view = _ProgressView(out, len(loaded.topology.nodes))
-        started = time.monotonic()
         previous = signal.getsignal(signal.SIGINT)
-        run_holder: list[Any] = []
 
         def interrupt(signum: int, frame: FrameType | None) -> None:
             out.note("[yellow]interrupted: stopping Ansible after the running tasks...[/]")
-            for run in run_holder:
+            for run in view.runs:
                 run.cancel()
 
         signal.signal(signal.SIGINT, interrupt)
         try:
             with view:
-                record = pipeline.execute(prepared, view.on_event, run_holder.append)
+                result = pipeline.deploy(request, loaded, view)
         finally:
             signal.signal(signal.SIGINT, previous)
-        records.prune(_state(spec), keep)
-        code = pipeline.exit_code(record)
         payload = {
-            "ok": code == 0,
-            "exit_code": int(code),
-            "run_dir": str(prepared.config.run_dir),
-            **record.as_dict(),
+            "ok": result.exit_code == 0,
+            "exit_code": int(result.exit_code),
+            "run_dir": str(result.run_dir),
+            **result.record.as_dict(),
         }
         if json_mode:
             out.emit(payload)
         else:
-            _print_summary(out, record, time.monotonic() - started)
-        if code != 0:
-            raise typer.Exit(int(code))
-
-
-def _preflight(out: Output, loaded: Any, spec: Path, hosts: list[str]) -> list[Any]:
-    """Preflight this run's nodes; the ones that fail are left out (and recorded), the rest go on."""
-    from gpuclus.cli.preflight import print_reports, run_for_spec
-    from gpuclus.deploy.records import Failure
-
-    started = time.monotonic()
-    reports = run_for_spec(loaded, spec, hosts=hosts)
-    bad = [report for report in reports if report.failed]
-    if not bad:
-        out.note(f"[dim]preflight: {len(reports)} nodes ok ({time.monotonic() - started:.1f} s)[/]")
-        return []
-    if not out.json_mode:
-        print_reports(out, reports)
-        out.warn(f"leaving out {', '.join(report.node for report in bad)}: preflight failed (see above)")
-    failures = []
-    for report in bad:
-        check = next(check for check in report.checks if check.status == "fail")
-        failures.append(
-            Failure(report.node, f"preflight: {check.name}", "preflight", check.message, not report.reachable)
-        )
-    return failures
+            _print_summary(out, result.record, result.seconds)
+        if result.exit_code != 0:
+            raise typer.Exit(int(result.exit_code))
 
 
 def _state(spec: Path) -> Any:
@@ -147,11 +112,13 @@ def _state(spec: Path) -> Any:
 
 
 class _ProgressView:
-    """One line per phase with its task count and elapsed time; failures printed as they happen."""
+    """The deploy's observer: preflight and skipped phases as notes, then one line per phase
+    with its task count and elapsed time; failures printed as they happen."""
 
     def __init__(self, out: Output, host_count: int) -> None:
         self.out = out
         self.host_count = host_count
+        self.runs: list[Any] = []  # the run to cancel on Ctrl-C, once started
         self.progress = Progress(
             SpinnerColumn(finished_text="[green]✓[/]"),
             TextColumn("{task.description}"),
@@ -166,14 +133,34 @@ class _ProgressView:
         self.changed = 0
 
     def __enter__(self) -> _ProgressView:
-        self.progress.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._finish_phase()
-        self.progress.__exit__(None, None, None)
+        if self.runs:
+            self._finish_phase()
+            self.progress.__exit__(None, None, None)
 
-    def on_event(self, event: Any) -> None:
+    def preflight_done(self, reports: list[Any], seconds: float) -> None:
+        from gpuclus.cli.preflight import print_reports
+
+        bad = [report for report in reports if report.failed]
+        if not bad:
+            self.out.note(f"[dim]preflight: {len(reports)} nodes ok ({seconds:.1f} s)[/]")
+            return
+        if not self.out.json_mode:
+            print_reports(self.out, reports)
+            self.out.warn(f"leaving out {', '.join(report.node for report in bad)}: preflight failed (see above)")
+
+    def phases_skipped(self, skipped: list[Any]) -> None:
+        for choice in skipped:
+            self.out.note(f"[dim]skipping phase {choice.phase.value}: {escape(choice.reason)}[/]")
+
+    def run_started(self, run: Any) -> None:
+        # The live display starts with Ansible: notes before it print as plain lines.
+        self.runs.append(run)
+        self.progress.__enter__()
+
+    def event(self, event: Any) -> None:
         from gpuclus.deploy.events import HostResult, PhaseStarted, TaskStarted
 
         if isinstance(event, PhaseStarted):

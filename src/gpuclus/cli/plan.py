@@ -35,22 +35,18 @@ def plan(
     or the check run fails.
     """
     from gpuclus.deploy import pipeline
-    from gpuclus.deploy.last_applied import diff_renders, read_last_applied
-    from gpuclus.state import StateDir
 
     out = Output(json_mode=json_mode)
     with handled(out):
         loaded = load_checked_spec(spec, out)
-        planned = pipeline.render_for_run(spec, loaded)
-        before = read_last_applied(StateDir.beside(spec))
-        changes = diff_renders(before or {}, planned)
+        applied_before, changes = pipeline.changes_since_last_deploy(spec, loaded)
         payload: dict[str, object] = {
             "ok": True,
-            "applied_before": before is not None,
+            "applied_before": applied_before,
             "files": [{"path": c.path, "status": c.status, "diff": c.diff} for c in changes],
         }
         if not json_mode:
-            if before is None:
+            if not applied_before:
                 out.result("[yellow]nothing applied yet[/]: the first deploy creates everything below")
             for change in changes:
                 out.result(f"[bold]{change.status}[/] {escape(change.path)}")
@@ -77,8 +73,10 @@ def plan(
 def _check_run(out: Output, loaded: LoadedSpec, spec: Path) -> RunRecord:
     from gpuclus.deploy import pipeline
 
-    prepared = pipeline.prepare(pipeline.DeployRequest(spec_path=spec, check=True), loaded)
-    record = pipeline.execute(prepared, lambda event: None, lambda run: None)
+    # Check mode changes nothing; no preflight (the run reports unreachable
+    # nodes itself) and no pruning of the deploy records.
+    request = pipeline.DeployRequest(spec_path=spec, check=True, preflight=False, keep=None)
+    record = pipeline.deploy(request, loaded, pipeline.QuietObserver()).record
     if not out.json_mode:
         out.result(f"check-mode run {record.id}: {record.status}")
         for phase in record.phases:

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gpuclus.cli.common import DEFAULT_SPEC, JsonOption, handled, load_checked_spec
-from gpuclus.errors import ExitCode, GpuclusError, UsageError
+from gpuclus.errors import UsageError
 from gpuclus.output import Output
 
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
@@ -41,46 +41,21 @@ def preflight(
     Exit 0 when nothing failed (warnings allowed), 1 when a check failed,
     4 when a node could not be reached.
     """
+    from gpuclus.ssh.preflight import preflight_exit_code, preflight_spec
+
     out = Output(json_mode=json_mode)
     with handled(out):
         loaded = load_checked_spec(spec, out)
         if password:
             _bootstrap_keys(loaded, spec, out)
-        reports = run_for_spec(loaded, spec, min_disk_gb)
-        code = outcome(reports)
+        reports = preflight_spec(loaded, spec, min_disk_gb)
+        code = preflight_exit_code(reports)
         if json_mode:
             out.emit({"ok": code == 0, "exit_code": int(code), "nodes": [report.as_dict() for report in reports]})
         else:
             print_reports(out, reports)
         if code != 0:
             raise typer.Exit(int(code))
-
-
-def run_for_spec(loaded: Any, spec: Path, min_disk_gb: float = 10.0, hosts: list[str] | None = None) -> list[Any]:
-    from gpuclus.ssh.client import connect
-    from gpuclus.ssh.preflight import run_preflight
-    from gpuclus.state import StateDir
-
-    state = StateDir.beside(spec)
-    if not state.private_key.exists():
-        state.ensure_ssh_key()
-    return run_preflight(
-        loaded.topology,
-        loaded.spec.cluster.admin_user,
-        state.private_key,
-        state.known_hosts,
-        min_disk_gb=min_disk_gb,
-        only=hosts,
-        connector=lambda target: connect(target, accept_new=True),
-    )
-
-
-def outcome(reports: list[Any]) -> ExitCode:
-    if any(not report.reachable for report in reports):
-        return ExitCode.UNREACHABLE
-    if any(report.failed for report in reports):
-        return ExitCode.FAILED
-    return ExitCode.OK
 
 
 def print_reports(out: Output, reports: list[Any]) -> None:
@@ -109,22 +84,11 @@ def print_reports(out: Output, reports: list[Any]) -> None:
 
 
 def _bootstrap_keys(loaded: Any, spec: Path, out: Output) -> None:
-    from gpuclus.ssh.client import SshFailure, SshTarget, install_key
-    from gpuclus.state import StateDir
+    from gpuclus.ssh.preflight import install_keys
 
-    state = StateDir.beside(spec)
-    public_key = state.ensure_ssh_key()
     user = loaded.spec.cluster.admin_user
     try:
         secret = getpass.getpass(f"SSH password for {user} on the nodes: ")
     except (EOFError, OSError):
         raise UsageError("--password needs a terminal to ask for the password") from None
-    failed = []
-    for node in loaded.topology.nodes:
-        try:
-            install_key(SshTarget(node.address, user, state.private_key, state.known_hosts), secret, public_key)
-            out.note(f"installed gpuclus' key on {escape(node.name)}")
-        except SshFailure as problem:
-            failed.append(f"{node.name}: {problem}")
-    if failed:
-        raise GpuclusError("could not install gpuclus' key on: " + "; ".join(failed), exit_code=ExitCode.UNREACHABLE)
+    install_keys(loaded, spec, secret, lambda node: out.note(f"installed gpuclus' key on {escape(node)}"))

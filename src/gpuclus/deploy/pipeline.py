@@ -1,23 +1,33 @@
-"""`gpuclus deploy` without the terminal: pick phases, prepare the run, run it, record it."""
+"""The deploy sequence, without the terminal: scope, preflight, prepare, run, record, prune.
+
+`deploy()` is the one entry point (`gpuclus deploy` and `gpuclus plan --check`
+call it); it never prints. What a terminal shows goes to a DeployObserver, and
+the SSH preflight and the Ansible run are parameters, so the whole sequence is
+unit-testable with fakes. The steps stay public for tests of each one.
+"""
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from gpuclus import __version__
 from gpuclus.deploy import records
 from gpuclus.deploy.events import Event
-from gpuclus.deploy.last_applied import save_last_applied
+from gpuclus.deploy.last_applied import FileChange, diff_renders, read_last_applied, save_last_applied
 from gpuclus.deploy.phases import Phase, PhaseChoice, parse_phase_list, select_phases, wanted_phases
-from gpuclus.deploy.runner import DeployRun
+from gpuclus.deploy.runner import DeployRun, RunOutcome
 from gpuclus.deploy.workspace import RunConfig, missing_playbooks, prepare_run
 from gpuclus.errors import ExitCode, UsageError
 from gpuclus.secret_files import ensure_secrets
 from gpuclus.spec import hostlist
 from gpuclus.spec.load import LoadedSpec
+from gpuclus.ssh import preflight as ssh_preflight
+from gpuclus.ssh.preflight import NodeReport
 from gpuclus.state import StateDir
 
 
@@ -30,9 +40,113 @@ class DeployRequest:
     check: bool = False
     verbosity: int = 0
     retry_failed: bool = False
-    keep: int = records.DEFAULT_KEEP
-    # Nodes that failed preflight: left out of this run, recorded as failures.
-    preflight_failures: tuple[records.Failure, ...] = ()
+    # Run records to keep after this run; None leaves the old ones alone.
+    keep: int | None = records.DEFAULT_KEEP
+    # SSH preflight of the run's nodes first; the ones that fail are left out.
+    preflight: bool = True
+
+
+class AnsibleRun(Protocol):
+    """What the pipeline needs of a run (runner.DeployRun; a fake in tests)."""
+
+    cancelled: threading.Event
+    outcome: RunOutcome | None
+
+    def events(self) -> Iterator[Event]: ...
+
+    def cancel(self) -> None: ...
+
+    def output_tail(self) -> str: ...
+
+
+class DeployObserver(Protocol):
+    """Everything a deploy has to show, as it happens; the pipeline itself never prints."""
+
+    def preflight_done(self, reports: list[NodeReport], seconds: float) -> None: ...
+
+    def phases_skipped(self, skipped: list[PhaseChoice]) -> None: ...
+
+    def run_started(self, run: AnsibleRun) -> None:
+        """The run about to start: cancel() it to stop Ansible (Ctrl-C)."""
+
+    def event(self, event: Event) -> None: ...
+
+
+class QuietObserver:
+    """Shows nothing (`gpuclus plan --check` reports only the outcome)."""
+
+    def preflight_done(self, reports: list[NodeReport], seconds: float) -> None:
+        pass
+
+    def phases_skipped(self, skipped: list[PhaseChoice]) -> None:
+        pass
+
+    def run_started(self, run: AnsibleRun) -> None:
+        pass
+
+    def event(self, event: Event) -> None:
+        pass
+
+
+# (loaded spec, spec path, nodes to probe) -> one report per node.
+Preflight = Callable[[LoadedSpec, Path, list[str]], list[NodeReport]]
+
+
+@dataclass(frozen=True)
+class DeployResult:
+    record: records.RunRecord
+    exit_code: ExitCode
+    run_dir: Path
+    seconds: float  # of the Ansible run, from its start to its record
+
+
+def deploy(
+    request: DeployRequest,
+    loaded: LoadedSpec,
+    observer: DeployObserver,
+    *,
+    preflight: Preflight | None = None,
+    start_run: Callable[[RunConfig], AnsibleRun] | None = None,
+) -> DeployResult:
+    """The whole deploy: scope once, preflight, prepare, run, record, prune old records.
+
+    Bad options fail (UsageError) before any SSH. ``preflight`` and
+    ``start_run`` default to the real SSH preflight and ansible-runner.
+    """
+    chosen = scope(request, loaded)
+    failures: list[records.Failure] = []
+    if request.preflight:
+        probe = preflight or _ssh_preflight
+        started = time.monotonic()
+        reports = probe(loaded, request.spec_path, chosen.hosts)
+        observer.preflight_done(reports, time.monotonic() - started)
+        failures = preflight_failures(reports)
+    prepared = prepare(request, loaded, chosen, failures)
+    observer.phases_skipped(prepared.skipped)
+    started = time.monotonic()
+    record = execute(prepared, observer.event, observer.run_started, start_run)
+    seconds = time.monotonic() - started
+    if request.keep is not None:
+        records.prune(prepared.state, request.keep)
+    return DeployResult(record, exit_code(record), prepared.config.run_dir, seconds)
+
+
+def _ssh_preflight(loaded: LoadedSpec, spec_path: Path, hosts: list[str]) -> list[NodeReport]:
+    # Looked up when called, so a test can replace ssh.preflight.preflight_spec.
+    return ssh_preflight.preflight_spec(loaded, spec_path, hosts=hosts)
+
+
+def preflight_failures(reports: list[NodeReport]) -> list[records.Failure]:
+    """The nodes that failed preflight, as run failures (their first failed check)."""
+    failures = []
+    for report in reports:
+        if not report.failed:
+            continue
+        check = next(check for check in report.checks if check.status == "fail")
+        failures.append(
+            records.Failure(report.node, f"preflight: {check.name}", "preflight", check.message, not report.reachable)
+        )
+    return failures
 
 
 @dataclass
@@ -59,6 +173,12 @@ def render_for_run(request_spec: Path, loaded: LoadedSpec) -> dict[str, str]:
         state_dir="../..",
         known_hosts=str(StateDir.beside(request_spec).known_hosts),
     )
+
+
+def changes_since_last_deploy(spec_path: Path, loaded: LoadedSpec) -> tuple[bool, list[FileChange]]:
+    """(was anything deployed before, how this spec's render differs from the last full deploy's)."""
+    before = read_last_applied(StateDir.beside(spec_path))
+    return before is not None, diff_renders(before or {}, render_for_run(spec_path, loaded))
 
 
 def resolve_limit(request: DeployRequest, loaded: LoadedSpec, state: StateDir) -> str | None:
@@ -123,18 +243,27 @@ def scope(request: DeployRequest, loaded: LoadedSpec) -> RunScope:
     return RunScope(phases, skipped, limit, hosts)
 
 
-def prepare(request: DeployRequest, loaded: LoadedSpec) -> PreparedDeploy:
+def prepare(
+    request: DeployRequest,
+    loaded: LoadedSpec,
+    chosen: RunScope | None = None,
+    preflight_failures: Sequence[records.Failure] = (),
+) -> PreparedDeploy:
+    """Secrets, the render and the run directory with its first record; ``chosen`` is scope()'s answer.
+
+    Nodes in ``preflight_failures`` are left out of the run and recorded as its failures.
+    """
     assert loaded.spec is not None and loaded.topology is not None
     state = StateDir.beside(request.spec_path)
-    chosen = scope(request, loaded)
+    chosen = chosen or scope(request, loaded)
     phases, skipped, limit = chosen.phases, chosen.skipped, chosen.limit
     # Only this run's nodes count: a node outside --limit that failed preflight is not this run's failure.
-    preflight_failures = [failure for failure in request.preflight_failures if failure.host in chosen.hosts]
-    excluded = {failure.host for failure in preflight_failures}
+    failures = [failure for failure in preflight_failures if failure.host in chosen.hosts]
+    excluded = {failure.host for failure in failures}
     if excluded:
         remaining = [name for name in chosen.hosts if name not in excluded]
         if not remaining:
-            reasons = "; ".join(f"{f.host}: {f.message}" for f in preflight_failures[:3])
+            reasons = "; ".join(f"{f.host}: {f.message}" for f in failures[:3])
             raise UsageError(
                 f"no node is left to deploy to: every chosen node failed preflight ({reasons})",
                 "run `gpuclus preflight` for the full report and a hint per problem",
@@ -168,17 +297,20 @@ def prepare(request: DeployRequest, loaded: LoadedSpec) -> PreparedDeploy:
         check=request.check,
         started_at=time.time(),
         gpuclus_version=__version__,
-        failures=preflight_failures,
+        failures=failures,
     )
     record.save(config.run_dir)
     return PreparedDeploy(config, phases, skipped, record, rendered, state)
 
 
 def execute(
-    prepared: PreparedDeploy, on_event: Callable[[Event], None], on_start: Callable[[DeployRun], None]
+    prepared: PreparedDeploy,
+    on_event: Callable[[Event], None],
+    on_start: Callable[[AnsibleRun], None],
+    start_run: Callable[[RunConfig], AnsibleRun] | None = None,
 ) -> records.RunRecord:
     """Run it; ``on_start`` receives the run (to cancel it on Ctrl-C)."""
-    run = DeployRun(prepared.config)
+    run = (start_run or DeployRun)(prepared.config)
     builder = records.RecordBuilder(prepared.record)
     on_start(run)
     for event in run.events():

@@ -2,6 +2,9 @@
 
 One shell probe per node gathers everything (one round trip), and pure
 functions judge the answers, so the rules are unit-testable without nodes.
+preflight_spec() runs it for a spec (`gpuclus preflight`, and deploy's
+pipeline first); install_keys() is `gpuclus preflight --password`. Nothing
+here prints: cli/preflight.py shows the reports.
 """
 
 from __future__ import annotations
@@ -12,10 +15,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gpuclus.errors import ExitCode, GpuclusError
 from gpuclus.spec.topology import Node, Topology
-from gpuclus.ssh.client import SshFailure, SshTarget, connect, run
+from gpuclus.ssh.client import SshFailure, SshTarget, connect, install_key, run
+from gpuclus.state import StateDir
+
+if TYPE_CHECKING:
+    from gpuclus.spec.load import LoadedSpec
 
 MAX_CLOCK_SKEW = 5.0  # seconds; munge rejects credentials beyond its TTL window
 SUPPORTED = {("debian", "12"): True, ("ubuntu", "22.04"): False, ("ubuntu", "24.04"): False, ("rocky", "9"): False}
@@ -253,3 +261,52 @@ def _ssh_hint(message: str, admin_user: str) -> str:
     if "Authentication" in message or "auth" in message.lower():
         return f"install gpuclus' key: `gpuclus preflight --password` (asks for {admin_user}'s password once)"
     return "check the address, that sshd runs, and the firewall"
+
+
+def preflight_spec(
+    loaded: LoadedSpec, spec_path: Path, min_disk_gb: float = 10.0, hosts: list[str] | None = None
+) -> list[NodeReport]:
+    """Preflight a checked spec's nodes (all, or ``hosts``) with gpuclus' key, learning new host keys."""
+    assert loaded.spec is not None and loaded.topology is not None
+    state = StateDir.beside(spec_path)
+    if not state.private_key.exists():
+        state.ensure_ssh_key()
+    return run_preflight(
+        loaded.topology,
+        loaded.spec.cluster.admin_user,
+        state.private_key,
+        state.known_hosts,
+        min_disk_gb=min_disk_gb,
+        only=hosts,
+        # First contact with a real node: its host key is learned (accept-new, as Ansible does).
+        connector=lambda target: connect(target, accept_new=True),
+    )
+
+
+def preflight_exit_code(reports: list[NodeReport]) -> ExitCode:
+    if any(not report.reachable for report in reports):
+        return ExitCode.UNREACHABLE
+    if any(report.failed for report in reports):
+        return ExitCode.FAILED
+    return ExitCode.OK
+
+
+def install_keys(loaded: LoadedSpec, spec_path: Path, password: str, on_installed: Callable[[str], None]) -> None:
+    """Install gpuclus' public key on every node, logging in with ``password`` (like ssh-copy-id).
+
+    ``on_installed`` gets each node's name as its key is in place; the nodes
+    that refused are named together in one GpuclusError (exit 4) at the end.
+    """
+    assert loaded.spec is not None and loaded.topology is not None
+    state = StateDir.beside(spec_path)
+    public_key = state.ensure_ssh_key()
+    user = loaded.spec.cluster.admin_user
+    failed = []
+    for node in loaded.topology.nodes:
+        try:
+            install_key(SshTarget(node.address, user, state.private_key, state.known_hosts), password, public_key)
+            on_installed(node.name)
+        except SshFailure as problem:
+            failed.append(f"{node.name}: {problem}")
+    if failed:
+        raise GpuclusError("could not install gpuclus' key on: " + "; ".join(failed), exit_code=ExitCode.UNREACHABLE)
