@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typer.main
 from typer.testing import CliRunner, Result
 from validate_stubs import GPU01, GPU02, HEAD, SANDBOX_SPEC, UNMUNGE_BAD_KEY, StubRemote, healthy_remote, ok
 
@@ -22,7 +23,7 @@ from gpuclus.state import StateDir
 from gpuclus.validate import runner as validate_runner
 from gpuclus.validate.checks import accounting
 from gpuclus.validate.model import Level
-from gpuclus.validate.registry import all_checks
+from gpuclus.validate.registry import STAGES, all_checks
 
 cli = CliRunner()
 
@@ -346,3 +347,65 @@ def test_junit_into_a_missing_directory_is_refused_before_anything_runs(tmp_path
     assert result.exit_code == 2, result.output
     assert "no directory" in result.stderr
     assert session.remote.matching("scontrol") == []
+
+
+# --- shell completion: offline, from the registry and the spec, silent on any problem ------------
+
+
+def complete(option: str, incomplete: str, *words: str) -> list[str]:
+    """What the shell gets for ``gpuclus validate WORDS OPTION INCOMPLETE<TAB>``, through click's own API."""
+    validate_command = typer.main.get_group(app).commands["validate"]
+    ctx = validate_command.make_context("validate", [*words, option], resilient_parsing=True)
+    param = next(param for param in validate_command.params if option in getattr(param, "opts", ()))
+    return [item.value for item in param.shell_complete(ctx, incomplete)]
+
+
+def test_only_completes_stages_and_check_ids_from_the_registry(no_connection: None) -> None:
+    assert complete("--only", "") == [*STAGES, *(check.id for check in all_checks())]
+    assert complete("--only", "gpu.n") == ["gpu.nvidia-smi", "gpu.nccl"]
+    assert complete("--only", "nothing") == []
+
+
+def test_only_completes_the_item_after_the_last_comma_without_repeating_one(no_connection: None) -> None:
+    assert complete("--only", "launch,launch.m") == ["launch,launch.munge", "launch,launch.mpi"]
+    assert complete("--only", "cluster,gpu,cl") == ["cluster,gpu,cluster." + name for name in CLUSTER_CHECKS]
+
+
+CLUSTER_CHECKS = ["slurmctld", "nodes-known", "node-states", "partitions", "gres"]
+EXPANDED_NODES = ["val-head", "val-gpu01", "val-gpu02"]
+
+
+def test_nodes_completes_the_node_names_of_cluster_yaml_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_connection: None
+) -> None:
+    spec_file(tmp_path, key=False)
+    monkeypatch.chdir(tmp_path)
+    assert complete("--nodes", "") == EXPANDED_NODES
+    assert complete("--nodes", "val-g") == ["val-gpu01", "val-gpu02"]
+    assert complete("--nodes", "val-gpu02,val-g") == ["val-gpu02,val-gpu01"]
+
+
+def test_nodes_completes_from_the_spec_named_on_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_connection: None
+) -> None:
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    named = spec_file(other, SANDBOX_SPEC.replace("val-", "lab-"), key=False)
+    monkeypatch.chdir(tmp_path)  # no cluster.yaml here
+    assert complete("--nodes", "lab-g", str(named), "--json") == ["lab-gpu01", "lab-gpu02"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [None, "nodes: [unclosed\n", "just a string\n", b"\xff\xfe binary"],
+    ids=["no-file", "bad-yaml", "not-a-spec", "not-text"],
+)
+def test_nodes_completes_nothing_when_the_spec_cannot_be_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_connection: None, content: str | bytes | None
+) -> None:
+    if isinstance(content, str):
+        (tmp_path / "cluster.yaml").write_text(content)
+    elif isinstance(content, bytes):
+        (tmp_path / "cluster.yaml").write_bytes(content)
+    monkeypatch.chdir(tmp_path)
+    assert complete("--nodes", "") == []

@@ -17,6 +17,40 @@ _STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 _MARK = {"pass": "✓", "warn": "!", "fail": "✗", "skip": "-"}
 
 
+# --- shell completion: offline and silent (a traceback would land in the user's shell) ---------
+
+
+def _complete_checks(incomplete: str) -> list[str]:
+    """--only: the stages and check ids of the registry, for the item after the last comma."""
+    from gpuclus.validate.registry import STAGES, all_checks
+
+    return _complete_item(incomplete, [*STAGES, *(check.id for check in all_checks())])
+
+
+def _complete_nodes(ctx: typer.Context, incomplete: str) -> list[str]:
+    """--nodes: the node names of the spec on the command line (else ./cluster.yaml); none when unreadable."""
+    # Completing `--nodes VALUE`, the parse stops at the option still waiting for its value and leaves
+    # the positional SPEC unparsed in ctx.args; with `--nodes=VALUE` it is parsed into ctx.params.
+    words = [arg for arg in ctx.args if not arg.startswith("-")]
+    spec = words[0] if words else ctx.params.get("spec") or DEFAULT_SPEC
+    try:
+        from gpuclus.spec.load import load_spec
+
+        topology = load_spec(Path(spec)).topology
+    except Exception:  # no file, bad YAML, anything: completing nothing is the only right answer
+        return []
+    if topology is None:
+        return []
+    return _complete_item(incomplete, [node.name for node in topology.nodes])
+
+
+def _complete_item(incomplete: str, choices: list[str]) -> list[str]:
+    """Complete the last item of a comma-separated list, leaving out those already listed."""
+    head, comma, last = incomplete.rpartition(",")
+    listed = set(head.split(","))
+    return [head + comma + choice for choice in choices if choice.startswith(last) and choice not in listed]
+
+
 def validate(
     spec: Annotated[Path, typer.Argument(help="Cluster spec (YAML).")] = DEFAULT_SPEC,
     level: Annotated[
@@ -29,11 +63,19 @@ def validate(
     ] = "standard",
     only: Annotated[
         str | None,
-        typer.Option("--only", help="Comma-separated check ids or stages (see --list); overrides --level."),
+        typer.Option(
+            "--only",
+            help="Comma-separated check ids or stages (see --list); overrides --level.",
+            autocompletion=_complete_checks,
+        ),
     ] = None,
     nodes: Annotated[
         str | None,
-        typer.Option("--nodes", help="Check only these nodes, as a hostlist (e.g. 'gpu[01-04]')."),
+        typer.Option(
+            "--nodes",
+            help="Check only these nodes, as a hostlist (e.g. 'gpu[01-04]').",
+            autocompletion=_complete_nodes,
+        ),
     ] = None,
     junit: Annotated[
         Path | None, typer.Option("--junit", help="Also write the results as JUnit XML to this file.")
