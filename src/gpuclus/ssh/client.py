@@ -1,4 +1,8 @@
-"""A small paramiko wrapper: connect with gpuclus' key, verify host keys, run a command.
+"""gpuclus' one SSH client (paramiko): connect with gpuclus' key, verify host keys, run a command.
+
+Every SSH connection in gpuclus comes from here: preflight, the sandbox,
+validate (whose channels with deadlines, validate/remote.py, open on a
+connection from connect() through open_channel()).
 
 Host keys are always checked against gpuclus' known_hosts (RejectPolicy):
 the sandbox records them through the container engine before the first
@@ -111,6 +115,23 @@ def install_key(target: SshTarget, password: str, public_key: str) -> None:
         client.close()
     if result.exit_status != 0:
         raise SshFailure(f"{target.address}: could not install gpuclus' key: {result.stderr.strip()}")
+
+
+def open_channel(client: Any, timeout: float, peer: str = "the node") -> Any:
+    """A new session channel on ``client``'s connection, for a caller that reads it itself.
+
+    A connection that is gone becomes an OSError, as a broken socket would,
+    so callers handle one kind of "the connection dropped".
+    """
+    import paramiko
+
+    transport = client.get_transport()
+    if transport is None or not transport.is_active():
+        raise OSError(f"the SSH session to {peer} is closed")
+    try:
+        return transport.open_session(timeout=timeout)
+    except paramiko.SSHException as problem:  # "SSH session not active", "Timeout opening channel."
+        raise OSError(str(problem)) from None
 
 
 def run(client: Any, command: str, timeout: float = 60.0) -> CommandResult:

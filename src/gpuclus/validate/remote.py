@@ -1,6 +1,7 @@
 """The SSH session to the controller that every check runs its commands through.
 
-One paramiko connection; commands run as separate channels on it, several at
+One connection from gpuclus.ssh.client (the only module that talks to
+paramiko); commands run as separate channels on it, several at
 once when a check asks for per-node answers. Every command has a deadline
 here (a channel that outlives it is closed and reported as timed out) on top
 of the `timeout` the Slurm helpers wrap around srun.
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gpuclus.ssh.client import CommandResult
+from gpuclus.ssh.client import CommandResult, open_channel
 
 TIMED_OUT = 124  # what coreutils' timeout returns; a command cut off here reports the same
 # OpenSSH's default MaxSessions is 10 channels per connection; stay under it.
@@ -35,15 +36,7 @@ class Remote:
 
     def _open(self, timeout: float) -> Any:
         """A new channel; a session that is gone becomes an OSError, as a broken socket would."""
-        import paramiko
-
-        transport = self._client.get_transport()
-        if transport is None or not transport.is_active():
-            raise OSError("the SSH session to the controller is closed")
-        try:
-            return transport.open_session(timeout=timeout)
-        except paramiko.SSHException as problem:  # "SSH session not active", "Timeout opening channel."
-            raise OSError(str(problem)) from None
+        return open_channel(self._client, timeout, peer="the controller")
 
     def run_many(self, commands: Mapping[str, str], timeout: float = 60.0) -> dict[str, CommandResult]:
         """Run several commands at once (one channel each); results keyed like ``commands``."""
