@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gpuclus.errors import ExitCode, GpuclusError
 from gpuclus.spec.load import load_spec_text
 from gpuclus.spec.topology import Node, Topology
+from gpuclus.ssh import preflight as preflight_module
 from gpuclus.ssh.client import SshFailure, SshTarget
-from gpuclus.ssh.preflight import NodeReport, judge, parse_sections, run_preflight, skew_checks
+from gpuclus.ssh.preflight import (
+    NodeReport,
+    PreflightCheck,
+    install_keys,
+    judge,
+    parse_sections,
+    preflight_exit_code,
+    preflight_spec,
+    run_preflight,
+    skew_checks,
+)
+from gpuclus.state import StateDir
 
 SPEC = """\
 apiVersion: gpuclus/v1
@@ -191,3 +205,64 @@ def test_run_preflight_probes_in_parallel_and_names_the_unreachable(tmp_path: An
     only = run_preflight(topology(), "ubuntu", tmp_path / "k", tmp_path / "kh", connector=connector, only=["gpu01"])
     assert [report.node for report in only] == ["gpu01"]
     assert any(check.name == "clock" and check.status == "ok" for check in only[0].checks)
+
+
+# For a spec: preflight_spec, its exit code, installing gpuclus' key ---------------------------
+
+
+def report(name: str, reachable: bool = True, status: str = "ok") -> NodeReport:
+    if not reachable:
+        return NodeReport(name, "10.0.0.1", False, [PreflightCheck("ssh", "fail", "No route to host")])
+    return NodeReport(name, "10.0.0.1", True, [PreflightCheck("ssh", "ok", ""), PreflightCheck("disk", status, "")])
+
+
+def test_preflight_exit_code() -> None:
+    assert preflight_exit_code([report("head"), report("gpu01", status="warn")]) is ExitCode.OK
+    assert preflight_exit_code([report("head"), report("gpu01", status="fail")]) is ExitCode.FAILED
+    unreachable = report("gpu01", reachable=False)
+    assert preflight_exit_code([report("head", status="fail"), unreachable]) is ExitCode.UNREACHABLE
+
+
+def spec_file(tmp_path: Path) -> tuple[Path, Any]:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(SPEC)
+    loaded = load_spec_text(SPEC, str(path))
+    assert loaded.ok, loaded.findings
+    return path, loaded
+
+
+def test_preflight_spec_makes_the_key_and_learns_new_host_keys(tmp_path: Path, monkeypatch: Any) -> None:
+    path, loaded = spec_file(tmp_path)
+    targets: list[tuple[SshTarget, bool]] = []
+
+    def refuse(target: SshTarget, *, accept_new: bool = False) -> Any:
+        targets.append((target, accept_new))
+        raise SshFailure(f"{target.address}: Connection refused")
+
+    monkeypatch.setattr(preflight_module, "connect", refuse)
+    reports = preflight_spec(loaded, path, hosts=["gpu01"])
+    state = StateDir.beside(path)
+    assert state.private_key.exists()
+    assert [r.node for r in reports] == ["gpu01"]
+    addresses = sorted(target.address for target, _ in targets)
+    assert addresses == ["10.0.0.10", "10.0.0.11"]  # and the controller, for the clock
+    assert all(accept_new and target.known_hosts == state.known_hosts for target, accept_new in targets)
+
+
+def test_install_keys_names_every_node_that_refused(tmp_path: Path, monkeypatch: Any) -> None:
+    path, loaded = spec_file(tmp_path)
+    installed: list[tuple[str, str]] = []
+
+    def install(target: SshTarget, password: str, public_key: str) -> None:
+        if target.address == "10.0.0.11":
+            raise SshFailure("10.0.0.11: Authentication failed.")
+        installed.append((target.address, password))
+        assert public_key.startswith("ssh-ed25519 ")
+
+    monkeypatch.setattr(preflight_module, "install_key", install)
+    done: list[str] = []
+    with pytest.raises(GpuclusError, match=r"on: gpu01: 10\.0\.0\.11: Authentication failed\.") as raised:
+        install_keys(loaded, path, "hunter2", done.append)
+    assert raised.value.exit_code is ExitCode.UNREACHABLE
+    assert done == ["head", "fake01"]
+    assert installed == [("10.0.0.10", "hunter2"), ("10.0.0.12", "hunter2")]
