@@ -4,6 +4,11 @@ Each file ``tests/fixtures/invalid/<code>.yaml`` starts with a header comment::
 
     # expect: <code> line <N> path <path>
 
+The files under ``tests/fixtures/invalid/together/`` start with one such line
+per finding and must give exactly those findings: structure and meaning
+problems reported together, with nothing that only follows from a part the
+schema refused.
+
 ``<N>`` is the 1-based line the problem is written on, or ``-`` when the finding
 has no line (a file of comments has nothing to point at). ``<path>`` is
 ``Finding.path`` as printed, so a document-level finding reads ``(document)``.
@@ -12,18 +17,21 @@ The level expected is the one the CODES registry declares for the code.
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
-from gpuclus.spec.checks import CHECKS, CODES, run_checks
+from gpuclus.spec.checks import CHECKS, CODES, NODES, PARTITIONS, SpecView, run_checks
 from gpuclus.spec.findings import Finding, Severity, has_errors, sort_findings
 from gpuclus.spec.load import LoadedSpec, load_spec, load_spec_text
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 INVALID = FIXTURES / "invalid"
+TOGETHER = INVALID / "together"
 VALID = FIXTURES / "valid"
 
 _HEADER = re.compile(r"^# expect: (?P<code>[a-z0-9-]+) line (?P<line>\d+|-) path (?P<path>\S+)$")
@@ -264,7 +272,7 @@ def test_every_check_runs_even_when_an_earlier_one_fails() -> None:
     # controller-count is the first check; the checks after it still report.
     assert {"controller-count", "nfs-server-missing"} <= codes
     assert result.spec is not None and result.topology is not None
-    assert len(run_checks(result.spec, result.topology)) >= 2
+    assert len(run_checks(SpecView.whole(result.spec, result.topology))) >= 2
     assert len(CHECKS) >= 10
 
 
@@ -358,3 +366,164 @@ def test_overlapping_ranges_are_reported_once_per_entry() -> None:
     ]
     big = load_spec_text(spec(2000)).findings
     assert sorted(f.code for f in big) == ["duplicate-address", "duplicate-node-name"]
+
+
+# -- structure and meaning together --------------------------------------------
+
+
+def _expectations(fixture: Path) -> list[Expectation]:
+    headers = [line for line in fixture.read_text(encoding="utf-8").splitlines() if line.startswith("# expect:")]
+    assert headers, f"{fixture.name}: no '# expect:' lines"
+    expected = []
+    for header in headers:
+        match = _HEADER.match(header)
+        assert match, f"{fixture.name}: {header!r} is not '# expect: CODE line N|- path PATH'"
+        expected.append(Expectation(match["code"], None if match["line"] == "-" else int(match["line"]), match["path"]))
+    return expected
+
+
+TOGETHER_FIXTURES = sorted(TOGETHER.glob("*.yaml"))
+
+
+def test_the_together_fixtures_exist() -> None:
+    assert {p.stem for p in TOGETHER_FIXTURES} >= {"unknown-key-and-unknown-node", "huge-range", "failed-entries"}
+
+
+@pytest.mark.parametrize("fixture", TOGETHER_FIXTURES, ids=lambda p: p.stem)
+def test_structure_and_meaning_findings_come_together_and_nothing_else(fixture: Path) -> None:
+    result = load_spec(fixture)
+    got = sorted((f.code, f.line, f.path) for f in result.findings)
+    expected = sorted((e.code, e.line, e.path) for e in _expectations(fixture))
+    assert got == expected, _describe(result.findings)
+    assert not result.ok
+
+
+def test_a_typo_in_a_section_leaves_the_node_checks_running() -> None:
+    text = BASE.replace("nfs_server, ", "") + "monitoring:\n  promethus: true\n"
+    result = load_spec_text(text)
+    assert _codes(result) == [("nfs-server-missing", 14, "nfs.exports"), ("unknown-key", 16, "monitoring.promethus")]
+    # Only the check that reads the monitoring section waits for the fix.
+    assert result.skipped_checks == ["monitoring_on_controller"]
+    assert result.spec is None and result.topology is None
+
+
+def test_a_mistyped_section_is_not_read_as_its_defaults() -> None:
+    # Without the typo nfs.exports holds /home; read as empty, it would give
+    # nfs-server-without-exports, which only follows from the typo.
+    result = load_spec_text(BASE.replace("nfs:\n", "nsf:\n"))
+    assert _codes(result) == [("unknown-key", 13, "nsf")]
+    assert "did you mean 'nfs'?" in (result.findings[0].hint or "")
+    assert load_spec_text(BASE.replace("nfs:\n", "zzz:\n")).findings[-1].code == "nfs-server-without-exports"
+
+
+def test_a_failed_key_hides_its_whole_value_from_the_checks() -> None:
+    # driver.branch fails, so the driver mapping is dropped and install would
+    # read as its default (true): the fake-GPU warning must not fire on that.
+    text = BASE.replace("gpus: {count: 2}", "gpus: {count: 2, fake: true}") + (
+        "nvidia:\n  driver: {install: false, branch: x}\n  cuda: {install: false}\n"
+    )
+    assert _codes(load_spec_text(text)) == [("invalid-format", 16, "nvidia.driver.branch")]
+    assert [f.code for f in load_spec_text(text.replace("branch: x", "branch: '550'")).findings] == []
+
+
+def test_a_spec_for_another_version_gets_no_checks_of_meaning() -> None:
+    # Its rules are not v1's; judging it by them would mislead.
+    result = load_spec_text(BASE.replace("gpuclus/v1", "gpuclus/v2").replace("controller, ", ""))
+    assert [f.code for f in result.findings] == ["api-version"]
+
+
+def test_a_missing_api_version_still_gets_checks_of_meaning() -> None:
+    result = load_spec_text(BASE.replace("apiVersion: gpuclus/v1\n", "").replace("controller, ", ""))
+    assert {f.code for f in result.findings} == {"api-version", "controller-count"}
+
+
+def test_a_partition_hostlist_error_does_not_call_nodes_idle() -> None:
+    text = BASE + "slurm:\n  partitions:\n    - {name: gpu, nodes: 'gpu[01-'}\n"
+    assert [f.code for f in load_spec_text(text).findings] == ["hostlist-syntax"]
+
+
+def test_no_node_list_leaves_only_the_structure_finding() -> None:
+    for nodes in ("nodes: []\n", "nodes: head\n", ""):
+        text = "apiVersion: gpuclus/v1\ncluster: {name: lab, admin_user: ubuntu}\n" + nodes
+        result = load_spec_text(text)
+        assert len(result.findings) == 1, _describe(result.findings)
+        assert result.findings[0].code in {"out-of-range", "wrong-type", "missing-field"}
+
+
+def test_spec_check_says_that_checks_wait_for_the_structure_fix() -> None:
+    from typer.testing import CliRunner
+
+    from gpuclus.cli.main import app
+
+    result = CliRunner().invoke(app, ["spec", "check", str(TOGETHER / "huge-range.yaml")])
+    assert result.exit_code == 3
+    assert "error[hostlist-syntax] nodes[1].name" in result.output
+    assert "8 checks of meaning need a part refused above; they run once it is fixed" in result.output
+    clean = CliRunner().invoke(app, ["spec", "check", str(VALID / "full.yaml")])
+    assert clean.exit_code == 0 and "of meaning" not in clean.output
+
+
+def test_a_sound_spec_skips_no_check() -> None:
+    result = load_spec(VALID / "full.yaml")
+    assert result.skipped_checks == []
+
+
+def test_spec_view_parts_overlap_both_ways() -> None:
+    result = load_spec(VALID / "full.yaml")
+    assert result.spec is not None and result.topology is not None
+    whole = SpecView.whole(result.spec, result.topology)
+    assert whole.is_whole(NODES) and whole.is_whole(PARTITIONS)
+    view = SpecView(whole.spec, whole.topology, whole.entries, frozenset({("nodes", 1), ("slurm",)}))
+    assert not view.is_whole(NODES)  # an entry lies in the list
+    assert not view.is_whole(PARTITIONS)  # the section holds the partitions
+    assert view.is_whole(("nfs", "exports"))
+    assert [check.name for check in CHECKS if not check.needs]  # some checks take the parsed entries as they are
+
+
+def _mappings(value: object, path: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:
+    """Every mapping's path in ``value``, the document itself first."""
+    found = []
+    if isinstance(value, dict):
+        found.append(path)
+        for key, item in value.items():
+            found.extend(_mappings(item, (*path, key)))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found.extend(_mappings(item, (*path, index)))
+    return found
+
+
+def _at(data: object, path: tuple[str | int, ...]) -> object:
+    for part in path:
+        data = data[part]  # type: ignore[index]
+    return data
+
+
+FULL = yaml.safe_load((VALID / "full.yaml").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("path", _mappings(FULL), ids=lambda path: ".".join(map(str, path)) or "document")
+def test_an_unknown_key_anywhere_in_a_clean_spec_is_its_only_finding(path: tuple[str | int, ...]) -> None:
+    # full.yaml has no finding, so anything beside the unknown key would be a
+    # follow-on of the part it makes unsound.
+    data = copy.deepcopy(FULL)
+    _at(data, path)["typo_key"] = 1  # type: ignore[index]
+    result = load_spec_text(yaml.safe_dump(data, sort_keys=False))
+    assert [(f.code, f.loc) for f in result.findings] == [("unknown-key", (*path, "typo_key"))], _describe(
+        result.findings
+    )
+
+
+@pytest.mark.parametrize("index", range(len(FULL["nodes"])))
+@pytest.mark.parametrize("broken", ["wrong type", "huge range"])
+def test_a_refused_node_entry_of_a_clean_spec_is_its_only_finding(index: int, broken: str) -> None:
+    data = copy.deepcopy(FULL)
+    if broken == "wrong type":
+        data["nodes"][index]["roles"] = 5
+        expected = [("wrong-type", ("nodes", index, "roles"))]
+    else:
+        entry = data["nodes"][index]
+        entry["name"], entry["address"] = "n[0-100000]", "n[0-100000].lab"
+        expected = [("hostlist-syntax", ("nodes", index, "name"))]
+    result = load_spec_text(yaml.safe_dump(data, sort_keys=False))
+    assert [(f.code, f.loc) for f in result.findings] == expected, _describe(result.findings)

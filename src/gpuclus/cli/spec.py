@@ -50,6 +50,13 @@ def check(
             }
         )
         out.findings(loaded.findings, to_stderr=False)
+        if loaded.skipped_checks:
+            # Fixing the structure can bring new findings; say so rather than
+            # let the next run look like a moving target.
+            out.note(
+                f"[dim]note:[/] {plural(len(loaded.skipped_checks), 'check')} of meaning need a part refused above; "
+                "they run once it is fixed"
+            )
         tally = (
             ", ".join(plural(counts[level], level) for level in ("error", "warning") if counts[level]) or "no problems"
         )

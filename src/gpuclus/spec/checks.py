@@ -3,6 +3,15 @@
 Each check is a small function returning findings; every one runs, so a spec
 with five problems shows five findings at once. Codes are stable: scripts and
 docs/spec.md refer to them, so never rename one, only add new ones.
+
+The checks also run when part of the spec failed its structure (an unknown
+key, a wrong type) or a node entry's hostlist does not expand: the loader
+hands them the parts that parsed, in a ``SpecView`` that knows where the spec
+is unsound. A check names the parts it ``needs`` whole; it is skipped while
+one of them is unsound, so a dropped entry never comes back as a misleading
+"no controller" or "partition names unknown nodes". Checks that need nothing
+whole look at the parsed node entries only, where every finding is true
+whatever the dropped entries say (two controllers among them are two too many).
 """
 
 from __future__ import annotations
@@ -11,46 +20,117 @@ import ipaddress
 import re
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from gpuclus.spec import hostlist
-from gpuclus.spec.findings import Finding, Severity, error, info, warning
-from gpuclus.spec.models import ClusterSpec, Role
+from gpuclus.spec.findings import Finding, Loc, Severity, error, info, warning
+from gpuclus.spec.models import ClusterSpec, NodeEntry, Role
 from gpuclus.spec.topology import Node, Topology
 
-Check = Callable[[ClusterSpec, Topology], list[Finding]]
-CHECKS: list[Check] = []
+# The parts of a spec the checks name in ``needs``: a pydantic loc prefix each.
+NODES: Loc = ("nodes",)
+PARTITIONS: Loc = ("slurm", "partitions")
+EXPORTS: Loc = ("nfs", "exports")
+MONITORING: Loc = ("monitoring",)
 
 
-def _check(function: Check) -> Check:
-    CHECKS.append(function)
-    return function
+@dataclass(frozen=True)
+class SpecView:
+    """What the checks read: the parts of a spec whose structure is sound.
+
+    ``unsound`` holds the locs where the structure failed (as pydantic gives
+    them) and ``("nodes", i)`` for each entry whose hostlists do not expand.
+    A part that failed holds its default in ``spec`` (never read: the checks
+    that read it are skipped), and a failed node entry is left out of
+    ``entries``, ``spec.nodes`` and ``topology``. So ``spec.nodes`` is not
+    indexed like the file: checks use ``entries`` (index, entry) instead.
+    """
+
+    spec: ClusterSpec
+    topology: Topology
+    entries: tuple[tuple[int, NodeEntry], ...]
+    unsound: frozenset[Loc] = field(default_factory=frozenset)
+
+    @classmethod
+    def whole(cls, spec: ClusterSpec, topology: Topology) -> SpecView:
+        """A spec that passed the schema and whose every entry expanded."""
+        return cls(spec, topology, tuple(enumerate(spec.nodes)))
+
+    def is_whole(self, part: Loc) -> bool:
+        """True when nothing in ``part`` (nor anything holding it) failed."""
+        return not any(_overlap(loc, part) for loc in self.unsound)
 
 
-def run_checks(spec: ClusterSpec, topology: Topology) -> list[Finding]:
+def _overlap(first: Loc, second: Loc) -> bool:
+    # ("nodes", 2, "gpu") lies in ("nodes",); ("slurm",) holds ("slurm", "partitions").
+    shorter = min(len(first), len(second))
+    return first[:shorter] == second[:shorter]
+
+
+SpecCheck = Callable[[SpecView], list[Finding]]
+
+
+@dataclass(frozen=True)
+class RegisteredCheck:
+    function: SpecCheck
+    needs: tuple[Loc, ...]  # parts that must be whole for the check's findings to be true
+
+    @property
+    def name(self) -> str:
+        return self.function.__name__
+
+    def can_run(self, view: SpecView) -> bool:
+        return all(view.is_whole(part) for part in self.needs)
+
+
+CHECKS: list[RegisteredCheck] = []
+
+
+def _check(*needs: Loc) -> Callable[[SpecCheck], SpecCheck]:
+    def register(function: SpecCheck) -> SpecCheck:
+        CHECKS.append(RegisteredCheck(function, needs))
+        return function
+
+    return register
+
+
+def run_checks(view: SpecView) -> list[Finding]:
+    """Every check that ``view`` has the parts for; see ``skipped_checks``."""
     findings: list[Finding] = []
     for check in CHECKS:
-        findings.extend(check(spec, topology))
+        if check.can_run(view):
+            findings.extend(check.function(view))
     return findings
 
 
-def _node_loc(index: int, field: str | None = None) -> tuple[str | int, ...]:
+def skipped_checks(view: SpecView) -> list[str]:
+    """The checks that wait for the structure errors to be fixed."""
+    return [check.name for check in CHECKS if not check.can_run(view)]
+
+
+def _node_loc(index: int, field: str | None = None) -> Loc:
     return ("nodes", index) if field is None else ("nodes", index, field)
 
 
-@_check
-def controller_count(spec: ClusterSpec, topology: Topology) -> list[Finding]:
-    controllers = topology.with_role(Role.CONTROLLER)
-    if len(controllers) == 1:
+@_check(NODES)
+def controller_missing(view: SpecView) -> list[Finding]:
+    if view.topology.with_role(Role.CONTROLLER):
         return []
-    if not controllers:
-        return [
-            error(
-                "controller-count",
-                "no node has the controller role",
-                ("nodes",),
-                hint="add 'controller' to the roles of exactly one node (it runs slurmctld)",
-            )
-        ]
+    return [
+        error(
+            "controller-count",
+            "no node has the controller role",
+            ("nodes",),
+            hint="add 'controller' to the roles of exactly one node (it runs slurmctld)",
+        )
+    ]
+
+
+@_check()
+def controllers_multiple(view: SpecView) -> list[Finding]:
+    controllers = view.topology.with_role(Role.CONTROLLER)
+    if len(controllers) < 2:
+        return []
     names = ", ".join(node.name for node in controllers)
     return [
         error(
@@ -62,9 +142,9 @@ def controller_count(spec: ClusterSpec, topology: Topology) -> list[Finding]:
     ]
 
 
-@_check
-def compute_present(spec: ClusterSpec, topology: Topology) -> list[Finding]:
-    if topology.compute:
+@_check(NODES)
+def compute_present(view: SpecView) -> list[Finding]:
+    if view.topology.compute:
         return []
     return [
         error(
@@ -79,11 +159,11 @@ def compute_present(spec: ClusterSpec, topology: Topology) -> list[Finding]:
 _NODE_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
-@_check
-def node_names(spec: ClusterSpec, topology: Topology) -> list[Finding]:
+@_check()
+def node_names(view: SpecView) -> list[Finding]:
     findings: list[Finding] = []
     reported_entries: set[int] = set()
-    for node in topology.nodes:
+    for node in view.topology.nodes:
         if not _NODE_NAME.match(node.name) and node.entry not in reported_entries:
             reported_entries.add(node.entry)
             findings.append(
@@ -95,7 +175,7 @@ def node_names(spec: ClusterSpec, topology: Topology) -> list[Finding]:
                     "with '-'; Slurm and /etc/hosts need plain host names",
                 )
             )
-    for first, second, names in _collisions(topology, lambda node: node.name):
+    for first, second, names in _collisions(view.topology, lambda node: node.name):
         findings.append(
             error(
                 "duplicate-node-name",
@@ -144,11 +224,11 @@ def address_problem(address: str) -> str | None:
     return None
 
 
-@_check
-def node_addresses(spec: ClusterSpec, topology: Topology) -> list[Finding]:
+@_check()
+def node_addresses(view: SpecView) -> list[Finding]:
     findings: list[Finding] = []
     reported_entries: set[int] = set()
-    for node in topology.nodes:
+    for node in view.topology.nodes:
         problem = address_problem(node.address)
         if problem and node.entry not in reported_entries:
             reported_entries.add(node.entry)
@@ -160,7 +240,7 @@ def node_addresses(spec: ClusterSpec, topology: Topology) -> list[Finding]:
                     hint="use an IPv4 address (10.0.0.11), an IPv6 address or a DNS name",
                 )
             )
-    for first, second, addresses in _collisions(topology, lambda node: node.address.lower()):
+    for first, second, addresses in _collisions(view.topology, lambda node: node.address.lower()):
         shown = addresses[0] if len(addresses) == 1 else f"{addresses[0]} and {len(addresses) - 1} more"
         findings.append(
             error(
@@ -173,10 +253,10 @@ def node_addresses(spec: ClusterSpec, topology: Topology) -> list[Finding]:
     return findings
 
 
-@_check
-def repeated_roles(spec: ClusterSpec, topology: Topology) -> list[Finding]:
+@_check()
+def repeated_roles(view: SpecView) -> list[Finding]:
     findings = []
-    for index, entry in enumerate(spec.nodes):
+    for index, entry in view.entries:
         repeated = sorted({role.value for role in entry.roles if entry.roles.count(role) > 1})
         if repeated:
             findings.append(
@@ -190,8 +270,8 @@ def repeated_roles(spec: ClusterSpec, topology: Topology) -> list[Finding]:
     return findings
 
 
-@_check
-def gpus_on_non_compute(spec: ClusterSpec, topology: Topology) -> list[Finding]:
+@_check()
+def gpus_on_non_compute(view: SpecView) -> list[Finding]:
     return [
         warning(
             "gpus-on-non-compute",
@@ -199,14 +279,14 @@ def gpus_on_non_compute(spec: ClusterSpec, topology: Topology) -> list[Finding]:
             _node_loc(index, "gpus"),
             hint="add 'compute' to its roles, or drop gpus",
         )
-        for index, entry in enumerate(spec.nodes)
+        for index, entry in view.entries
         if entry.gpus is not None and Role.COMPUTE not in entry.roles
     ]
 
 
-@_check
-def controller_gpu_compute(spec: ClusterSpec, topology: Topology) -> list[Finding]:
-    controller = topology.controller
+@_check(NODES)
+def controller_gpu_compute(view: SpecView) -> list[Finding]:
+    controller = view.topology.controller
     if controller is None or not controller.has(Role.COMPUTE) or controller.gpus is None:
         return []
     return [
@@ -220,15 +300,13 @@ def controller_gpu_compute(spec: ClusterSpec, topology: Topology) -> list[Findin
     ]
 
 
-@_check
-def partitions(spec: ClusterSpec, topology: Topology) -> list[Finding]:
+@_check(PARTITIONS)
+def partition_definitions(view: SpecView) -> list[Finding]:
+    """What is wrong with the partitions on their own, whatever the nodes."""
     findings: list[Finding] = []
-    compute_names = {node.name for node in topology.compute}
-    all_names = {node.name for node in topology.nodes}
     seen: set[str] = set()
-    covered: set[str] = set()
     defaults = []
-    for index, partition in enumerate(spec.slurm.partitions):
+    for index, partition in enumerate(view.spec.slurm.partitions):
         loc = ("slurm", "partitions", index)
         if partition.name in seen:
             findings.append(
@@ -242,36 +320,13 @@ def partitions(spec: ClusterSpec, topology: Topology) -> list[Finding]:
         seen.add(partition.name)
         if partition.default:
             defaults.append(index)
-        if partition.nodes is None:
-            covered |= compute_names
-            continue
-        try:
-            names = hostlist.expand_list(partition.nodes)
-        except hostlist.HostlistError as exc:
-            findings.append(error("hostlist-syntax", str(exc), (*loc, "nodes"), hint="write ranges like gpu[01-04]"))
-            continue
-        covered |= set(names)
-        unknown = [name for name in names if name not in all_names]
-        not_compute = [name for name in names if name in all_names and name not in compute_names]
-        if unknown:
-            findings.append(
-                error(
-                    "partition-unknown-node",
-                    f"partition {partition.name!r} names node(s) not in the spec: {hostlist.compress(unknown)}",
-                    (*loc, "nodes"),
-                    hint="use names from `nodes:` (check the range bounds and zero padding)",
+        if partition.nodes is not None:
+            try:
+                hostlist.expand_list(partition.nodes)
+            except hostlist.HostlistError as exc:
+                findings.append(
+                    error("hostlist-syntax", str(exc), (*loc, "nodes"), hint="write ranges like gpu[01-04]")
                 )
-            )
-        if not_compute:
-            findings.append(
-                error(
-                    "partition-non-compute-node",
-                    f"partition {partition.name!r} names node(s) without the compute role: "
-                    f"{hostlist.compress(not_compute)}",
-                    (*loc, "nodes"),
-                    hint="add 'compute' to those nodes' roles or remove them from the partition",
-                )
-            )
     if len(defaults) > 1:
         findings.append(
             error(
@@ -281,57 +336,118 @@ def partitions(spec: ClusterSpec, topology: Topology) -> list[Finding]:
                 hint="set default: true on one partition only",
             )
         )
-    if spec.slurm.partitions:
-        idle = sorted(compute_names - covered)
-        if idle:
-            findings.append(
-                warning(
-                    "compute-without-partition",
-                    f"compute node(s) {hostlist.compress(idle)} are in no partition and will never run jobs",
-                    ("slurm", "partitions"),
-                    hint="add them to a partition, or leave `nodes:` out of one to mean every compute node",
-                )
-            )
     return findings
 
 
-@_check
-def nfs(spec: ClusterSpec, topology: Topology) -> list[Finding]:
+@_check(PARTITIONS, NODES)
+def partition_nodes(view: SpecView) -> list[Finding]:
+    """Partitions against the nodes: every name known and a compute node, every compute node placed."""
     findings: list[Finding] = []
-    servers = topology.with_role(Role.NFS_SERVER)
-    if spec.nfs.exports and not servers:
-        findings.append(
-            error(
-                "nfs-server-missing",
-                "nfs.exports is set but no node has the nfs_server role",
-                ("nfs", "exports"),
-                hint="add 'nfs_server' to the roles of the node that holds the data (often the controller)",
+    compute_names = {node.name for node in view.topology.compute}
+    all_names = {node.name for node in view.topology.nodes}
+    covered: set[str] = set()
+    unreadable = False
+    for index, partition in enumerate(view.spec.slurm.partitions):
+        loc = ("slurm", "partitions", index, "nodes")
+        if partition.nodes is None:
+            covered |= compute_names
+            continue
+        try:
+            names = hostlist.expand_list(partition.nodes)
+        except hostlist.HostlistError:
+            # partition_definitions reports the hostlist; what it would have
+            # covered is unknown, so no node can be called idle.
+            unreadable = True
+            continue
+        covered |= set(names)
+        unknown = [name for name in names if name not in all_names]
+        not_compute = [name for name in names if name in all_names and name not in compute_names]
+        if unknown:
+            findings.append(
+                error(
+                    "partition-unknown-node",
+                    f"partition {partition.name!r} names node(s) not in the spec: {hostlist.compress(unknown)}",
+                    loc,
+                    hint="use names from `nodes:` (check the range bounds and zero padding)",
+                )
             )
-        )
-    if len(servers) > 1:
-        findings.append(
-            error(
-                "nfs-server-multiple",
-                f"{len(servers)} nodes have the nfs_server role ({', '.join(n.name for n in servers)}); "
-                "gpuclus v1 supports one",
-                _node_loc(servers[1].entry, "roles"),
-                hint="keep 'nfs_server' on one node",
+        if not_compute:
+            findings.append(
+                error(
+                    "partition-non-compute-node",
+                    f"partition {partition.name!r} names node(s) without the compute role: "
+                    f"{hostlist.compress(not_compute)}",
+                    loc,
+                    hint="add 'compute' to those nodes' roles or remove them from the partition",
+                )
             )
-        )
-    if servers and not spec.nfs.exports:
+    idle = sorted(compute_names - covered)
+    if view.spec.slurm.partitions and idle and not unreadable:
         findings.append(
             warning(
-                "nfs-server-without-exports",
-                f"node {servers[0].name!r} has the nfs_server role but nfs.exports is empty",
-                _node_loc(servers[0].entry, "roles"),
-                hint="list the shared directories under nfs.exports (e.g. [/shared]) or drop the role",
+                "compute-without-partition",
+                f"compute node(s) {hostlist.compress(idle)} are in no partition and will never run jobs",
+                ("slurm", "partitions"),
+                hint="add them to a partition, or leave `nodes:` out of one to mean every compute node",
             )
         )
+    return findings
+
+
+@_check(EXPORTS, NODES)
+def nfs_server_missing(view: SpecView) -> list[Finding]:
+    if not view.spec.nfs.exports or view.topology.with_role(Role.NFS_SERVER):
+        return []
+    return [
+        error(
+            "nfs-server-missing",
+            "nfs.exports is set but no node has the nfs_server role",
+            ("nfs", "exports"),
+            hint="add 'nfs_server' to the roles of the node that holds the data (often the controller)",
+        )
+    ]
+
+
+@_check()
+def nfs_servers_multiple(view: SpecView) -> list[Finding]:
+    servers = view.topology.with_role(Role.NFS_SERVER)
+    if len(servers) < 2:
+        return []
+    return [
+        error(
+            "nfs-server-multiple",
+            f"{len(servers)} nodes have the nfs_server role ({', '.join(n.name for n in servers)}); "
+            "gpuclus v1 supports one",
+            _node_loc(servers[1].entry, "roles"),
+            hint="keep 'nfs_server' on one node",
+        )
+    ]
+
+
+@_check(EXPORTS)
+def nfs_server_without_exports(view: SpecView) -> list[Finding]:
+    servers = view.topology.with_role(Role.NFS_SERVER)
+    if not servers or view.spec.nfs.exports:
+        return []
+    return [
+        warning(
+            "nfs-server-without-exports",
+            f"node {servers[0].name!r} has the nfs_server role but nfs.exports is empty",
+            _node_loc(servers[0].entry, "roles"),
+            hint="list the shared directories under nfs.exports (e.g. [/shared]) or drop the role",
+        )
+    ]
+
+
+@_check(EXPORTS)
+def duplicate_exports(view: SpecView) -> list[Finding]:
+    findings: list[Finding] = []
+    exports = view.spec.nfs.exports
     for attribute, label in (("path", "exported"), ("mount_point", "mounted")):
-        counts = Counter(getattr(export, attribute) for export in spec.nfs.exports)
+        counts = Counter(getattr(export, attribute) for export in exports)
         for value, count in sorted(counts.items()):
             if count > 1:
-                index = [i for i, e in enumerate(spec.nfs.exports) if getattr(e, attribute) == value][1]
+                index = [i for i, e in enumerate(exports) if getattr(e, attribute) == value][1]
                 findings.append(
                     error(
                         "duplicate-export",
@@ -343,35 +459,41 @@ def nfs(spec: ClusterSpec, topology: Topology) -> list[Finding]:
     return findings
 
 
-@_check
-def monitoring_node(spec: ClusterSpec, topology: Topology) -> list[Finding]:
-    wanted = [name for name in ("prometheus", "grafana") if getattr(spec.monitoring, name)]
-    nodes = topology.with_role(Role.MONITORING)
-    if wanted and not nodes and topology.controller is not None:
-        return [
-            info(
-                "monitoring-on-controller",
-                f"no node has the monitoring role; {' and '.join(wanted)} will run on the controller "
-                f"{topology.controller.name!r}",
-                ("nodes",),
-                hint="add 'monitoring' to another node's roles to move it there",
-            )
-        ]
-    if len(nodes) > 1:
-        return [
-            error(
-                "monitoring-node-multiple",
-                f"{len(nodes)} nodes have the monitoring role; gpuclus v1 runs one Prometheus and Grafana",
-                _node_loc(nodes[1].entry, "roles"),
-                hint="keep 'monitoring' on one node",
-            )
-        ]
-    return []
+@_check(MONITORING, NODES)
+def monitoring_on_controller(view: SpecView) -> list[Finding]:
+    monitoring = view.spec.monitoring
+    wanted = [name for name in ("prometheus", "grafana") if getattr(monitoring, name)]
+    controller = view.topology.controller
+    if not wanted or view.topology.with_role(Role.MONITORING) or controller is None:
+        return []
+    return [
+        info(
+            "monitoring-on-controller",
+            f"no node has the monitoring role; {' and '.join(wanted)} will run on the controller {controller.name!r}",
+            ("nodes",),
+            hint="add 'monitoring' to another node's roles to move it there",
+        )
+    ]
 
 
-@_check
-def grafana(spec: ClusterSpec, topology: Topology) -> list[Finding]:
-    if not spec.monitoring.grafana:
+@_check()
+def monitoring_nodes_multiple(view: SpecView) -> list[Finding]:
+    nodes = view.topology.with_role(Role.MONITORING)
+    if len(nodes) < 2:
+        return []
+    return [
+        error(
+            "monitoring-node-multiple",
+            f"{len(nodes)} nodes have the monitoring role; gpuclus v1 runs one Prometheus and Grafana",
+            _node_loc(nodes[1].entry, "roles"),
+            hint="keep 'monitoring' on one node",
+        )
+    ]
+
+
+@_check(("monitoring", "grafana"))
+def grafana(view: SpecView) -> list[Finding]:
+    if not view.spec.monitoring.grafana:
         return []
     return [
         warning(
@@ -383,9 +505,9 @@ def grafana(spec: ClusterSpec, topology: Topology) -> list[Finding]:
     ]
 
 
-@_check
-def containers(spec: ClusterSpec, topology: Topology) -> list[Finding]:
-    if spec.containers.pyxis and not spec.containers.enroot:
+@_check(("containers",))
+def containers(view: SpecView) -> list[Finding]:
+    if view.spec.containers.pyxis and not view.spec.containers.enroot:
         return [
             error(
                 "pyxis-without-enroot",
@@ -397,51 +519,61 @@ def containers(spec: ClusterSpec, topology: Topology) -> list[Finding]:
     return []
 
 
-@_check
-def nvidia(spec: ClusterSpec, topology: Topology) -> list[Finding]:
-    findings: list[Finding] = []
-    gpu_nodes = topology.gpu_nodes
-    if not gpu_nodes:
-        findings.append(
-            info(
-                "no-gpu-nodes",
-                "no node declares gpus; the NVIDIA phase and validate's GPU checks will be skipped",
-                ("nodes",),
-                hint="add `gpus: {count: N}` to the GPU nodes",
-            )
+@_check(NODES)
+def no_gpu_nodes(view: SpecView) -> list[Finding]:
+    if view.topology.gpu_nodes:
+        return []
+    return [
+        info(
+            "no-gpu-nodes",
+            "no node declares gpus; the NVIDIA phase and validate's GPU checks will be skipped",
+            ("nodes",),
+            hint="add `gpus: {count: N}` to the GPU nodes",
         )
-        return findings
-    fake = [node for node in gpu_nodes if node.gpus is not None and node.gpus.fake]
-    if fake and spec.nvidia.driver.install:
-        findings.append(
-            warning(
-                "fake-gpus-with-driver",
-                f"node(s) {hostlist.compress(n.name for n in fake)} have fake GPUs but nvidia.driver.install "
-                "is on; no driver can load there",
-                ("nvidia", "driver", "install"),
-                hint="set nvidia.driver.install: false (and cuda.install: false) for the sandbox",
-            )
-        )
-    if spec.nvidia.cuda.install and not spec.nvidia.driver.install:
-        findings.append(
-            info(
-                "cuda-without-driver",
-                "CUDA will be installed but the driver will not; gpuclus assumes it is already there",
-                ("nvidia", "driver", "install"),
-                hint="set nvidia.driver.install: true unless the nodes ship with a driver",
-            )
-        )
-    return findings
+    ]
 
 
-@_check
-def login_node(spec: ClusterSpec, topology: Topology) -> list[Finding]:
-    if topology.with_role(Role.LOGIN) or topology.controller is None:
+@_check(("nvidia", "driver", "install"))
+def fake_gpus_with_driver(view: SpecView) -> list[Finding]:
+    fake = [node for node in view.topology.gpu_nodes if node.gpus is not None and node.gpus.fake]
+    if not fake or not view.spec.nvidia.driver.install:
+        return []
+    return [
+        warning(
+            "fake-gpus-with-driver",
+            f"node(s) {hostlist.compress(n.name for n in fake)} have fake GPUs but nvidia.driver.install "
+            "is on; no driver can load there",
+            ("nvidia", "driver", "install"),
+            hint="set nvidia.driver.install: false (and cuda.install: false) for the sandbox",
+        )
+    ]
+
+
+@_check(("nvidia",))
+def cuda_without_driver(view: SpecView) -> list[Finding]:
+    # Without GPU nodes the NVIDIA phase does not run, so neither is installed.
+    nvidia = view.spec.nvidia
+    if not view.topology.gpu_nodes or not nvidia.cuda.install or nvidia.driver.install:
+        return []
+    return [
+        info(
+            "cuda-without-driver",
+            "CUDA will be installed but the driver will not; gpuclus assumes it is already there",
+            ("nvidia", "driver", "install"),
+            hint="set nvidia.driver.install: true unless the nodes ship with a driver",
+        )
+    ]
+
+
+@_check(NODES)
+def login_node(view: SpecView) -> list[Finding]:
+    controller = view.topology.controller
+    if view.topology.with_role(Role.LOGIN) or controller is None:
         return []
     return [
         info(
             "no-login-node",
-            f"no node has the login role; users will submit jobs from the controller {topology.controller.name!r}",
+            f"no node has the login role; users will submit jobs from the controller {controller.name!r}",
             ("nodes",),
             hint="add 'login' to the node users should SSH into",
         )

@@ -3,22 +3,27 @@
 ``load_spec`` never raises for bad content: everything wrong with the spec
 comes back as findings with file:line. It raises SpecFileError only when the
 file itself cannot be read (missing, directory, binary, huge).
+
+Structure and meaning are reported together. When the schema refuses part of
+the spec, the parts that parsed (each section's sound keys, each sound node
+entry) still go through the checks, which skip what needs a failed part (see
+``checks.SpecView``); ``LoadedSpec.spec`` stays None until the whole spec parses.
 """
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from gpuclus.spec.checks import run_checks
+from gpuclus.spec.checks import SpecView, run_checks, skipped_checks
 from gpuclus.spec.document import SpecDocument, load_document, parse_spec_text
 from gpuclus.spec.findings import Finding, Loc, error, has_errors, sort_findings
-from gpuclus.spec.models import API_VERSION, PATTERN_RULES, ClusterSpec
+from gpuclus.spec.models import API_VERSION, PATTERN_RULES, ClusterSpec, NodeEntry
 from gpuclus.spec.topology import Topology, expand_nodes
 
 
@@ -28,6 +33,8 @@ class LoadedSpec:
     findings: list[Finding] = field(default_factory=list)
     spec: ClusterSpec | None = None
     topology: Topology | None = None
+    # Checks of meaning that need a part the schema refused; they run once it is fixed.
+    skipped_checks: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -70,25 +77,107 @@ def validate_document(document: SpecDocument) -> LoadedSpec:
                 hint=f"set `apiVersion: {API_VERSION}` as the first line",
             )
         )
+    spec: ClusterSpec | None = None
+    unsound: set[Loc] = set()
     try:
         spec = ClusterSpec.model_validate(data)
     except ValidationError as exc:
+        details = exc.errors(include_url=False)
         findings.extend(
             finding
-            for finding in (_schema_finding(detail) for detail in exc.errors(include_url=False))
+            for finding in (_schema_finding(detail) for detail in details)
             if finding.loc != ("apiVersion",)  # already reported, with a better message
         )
-        result.findings.extend(_locate_all(document, findings))
-        return result
+        # A failed key is dropped whole from its section (and a failed entry
+        # from `nodes`), so what is unsound is that key or entry, not just
+        # the value deep inside it that pydantic names.
+        unsound.update(tuple(detail["loc"])[:2] for detail in details)
+        # `nsf: {exports: [/home]}` leaves nfs at its defaults: the checks
+        # must not read those as what the user wrote under the typo.
+        for detail in details:
+            meant = _meant_key(tuple(detail["loc"])) if detail["type"] == "extra_forbidden" else None
+            if meant is not None:
+                unsound.add((*tuple(detail["loc"])[:-1], meant)[:2])
 
-    topology, expansion_findings = expand_nodes(spec)
-    findings.extend(expansion_findings)
-    findings.extend(run_checks(spec, topology))
+    # A spec written for another format version would be judged by rules that
+    # are not its own; its structure findings are all that can be trusted.
+    # A model-level error (empty loc) leaves nothing known to be sound.
+    if (version is None or version == API_VERSION) and () not in unsound:
+        if spec is not None:
+            parts, indexes = spec, list(range(len(spec.nodes)))
+        else:
+            parts, indexes = _sound_parts(data, unsound)
+        topology, expansion_findings = _expand(parts, indexes)
+        findings.extend(expansion_findings)
+        # An entry whose hostlists do not expand is left out of the topology:
+        # checks that count nodes must not take its hosts for missing ones.
+        unsound.update(finding.loc[:2] for finding in expansion_findings)
+        view = SpecView(parts, topology, tuple(zip(indexes, parts.nodes, strict=True)), frozenset(unsound))
+        findings.extend(run_checks(view))
+        result.skipped_checks = skipped_checks(view)
+        if spec is not None:
+            result.spec = spec
+            result.topology = topology
+
     result.findings.extend(_locate_all(document, findings))
-    result.spec = spec
-    result.topology = topology
     result.findings = sort_findings(result.findings)
     return result
+
+
+def _expand(parts: ClusterSpec, indexes: list[int]) -> tuple[Topology, list[Finding]]:
+    """Expand the node entries of ``parts``, whose n-th entry is ``nodes[indexes[n]]`` in the file."""
+    topology, findings = expand_nodes(parts)
+    if indexes == list(range(len(indexes))):
+        return topology, findings
+    nodes = tuple(replace(node, entry=indexes[node.entry]) for node in topology.nodes)
+    # expand_nodes points every finding at ("nodes", position, ...).
+    moved = [replace(f, loc=("nodes", indexes[int(f.loc[1])], *f.loc[2:])) for f in findings]
+    return Topology(nodes), moved
+
+
+def _sound_parts(data: dict[Any, Any], unsound: set[Loc]) -> tuple[ClusterSpec, list[int]]:
+    """The spec's parts that passed the schema, and the file index of each node entry kept.
+
+    Keys that failed are left out of their section, so the section takes their
+    defaults; a section or node entry that fails as a whole is dropped. The
+    checks never read what was replaced: ``unsound`` names it and they skip.
+    Built with model_construct because the whole was refused; every part in
+    it was validated on its own.
+    """
+    sections: dict[str, Any] = {}
+    for name, info in ClusterSpec.model_fields.items():
+        key = info.alias or name
+        model = _first_model(info.annotation)
+        if key == "nodes" or model is None:
+            continue
+        sections[name] = _sound_section(model, key, data.get(key), unsound)
+    entries: list[NodeEntry] = []
+    indexes: list[int] = []
+    raw_nodes = data.get("nodes")
+    if isinstance(raw_nodes, list) and ("nodes",) not in unsound:
+        for index, raw in enumerate(raw_nodes):
+            if any(loc[:2] == ("nodes", index) for loc in unsound):
+                continue
+            try:
+                entries.append(NodeEntry.model_validate(raw))
+            except ValidationError:  # pragma: no cover - the whole spec's validation names every entry
+                unsound.add(("nodes", index))
+                continue
+            indexes.append(index)
+    parts = ClusterSpec.model_construct(api_version=API_VERSION, nodes=entries, **sections)
+    return parts, indexes
+
+
+def _sound_section(model: type[BaseModel], key: str, raw: Any, unsound: set[Loc]) -> BaseModel:
+    failed = {loc[1] for loc in unsound if len(loc) > 1 and loc[0] == key}
+    if (key,) not in unsound and (raw is None or isinstance(raw, dict)):
+        kept = {k: v for k, v in (raw or {}).items() if k not in failed}
+        try:
+            return model.model_validate(kept)
+        except ValidationError:  # a rule across the section's keys; none so far
+            unsound.add((key,))
+    # Never read: every check that reads this section is skipped.
+    return model.model_construct()
 
 
 def _locate_all(document: SpecDocument, findings: list[Finding]) -> list[Finding]:
@@ -219,12 +308,25 @@ def _field_description(loc: Loc) -> str | None:
     return None
 
 
-def _unknown_key_hint(loc: Loc) -> str:
+def _allowed_keys(loc: Loc) -> list[str]:
+    """The keys the mapping holding ``loc``'s last key may have; [] when unknown."""
     model = _model_at(tuple(part for part in loc if isinstance(part, str)))
     if model is None:
+        return []
+    return sorted(info.alias or name for name, info in model.model_fields.items())
+
+
+def _meant_key(loc: Loc) -> str | None:
+    """The allowed key an unknown key at ``loc`` is most likely a typo of."""
+    close = difflib.get_close_matches(str(loc[-1]), _allowed_keys(loc), n=1)
+    return close[0] if close else None
+
+
+def _unknown_key_hint(loc: Loc) -> str:
+    allowed = _allowed_keys(loc)
+    if not allowed:
         return "remove it"
-    allowed = sorted(info.alias or name for name, info in model.model_fields.items())
-    close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-    if close:
-        return f"did you mean {close[0]!r}? (allowed here: {', '.join(allowed)})"
+    meant = _meant_key(loc)
+    if meant is not None:
+        return f"did you mean {meant!r}? (allowed here: {', '.join(allowed)})"
     return f"allowed here: {', '.join(allowed)}"

@@ -9,11 +9,11 @@ docs/spec.md, so keep them written for a cluster admin.
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-API_VERSION = "gpuclus/v1"
+API_VERSION: Final = "gpuclus/v1"
 
 
 class Role(enum.StrEnum):
