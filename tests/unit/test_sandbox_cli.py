@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -19,18 +20,19 @@ from typer.testing import CliRunner, Result
 
 from gpuclus.cli.main import app
 from gpuclus.sandbox import engine as engine_module
-from gpuclus.sandbox import hostprep, lifecycle
+from gpuclus.sandbox import hostprep, lifecycle, network
 from gpuclus.sandbox.engine import Engine
 from gpuclus.sandbox.hostprep import EnginePick
 from gpuclus.sandbox.image import PACKAGES, SUITE, ImageRecipe
-from gpuclus.sandbox.lifecycle import NodeStatus, SandboxRecord
-from gpuclus.sandbox.plan import SandboxPlan, plan_sandbox
+from gpuclus.sandbox.layout import SandboxNode, sandbox_layout
+from gpuclus.sandbox.nodes import NodeStatus
+from gpuclus.sandbox.record import SandboxRecord
 from gpuclus.spec.load import load_spec
 from gpuclus.state import StateDir
 
 runner = CliRunner()
 
-RECIPE = ImageRecipe(SUITE, "http://deb.debian.org/debian", PACKAGES, (("sources.list", "deb x bookworm main\n"),))
+RECIPE = ImageRecipe(SUITE, "http://mirror.example/debian", PACKAGES, (("sources.list", "deb x bookworm main\n"),))
 
 FAKE_ENGINE = r"""
 import json, os, sys
@@ -175,7 +177,7 @@ def no_real_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lifecycle, "build_image", refuse)
     monkeypatch.setattr(lifecycle, "check_ssh", refuse)
     monkeypatch.setattr(lifecycle, "host_recipe", lambda: RECIPE)
-    monkeypatch.setattr(lifecycle, "host_routes", lambda: [])
+    monkeypatch.setattr(network, "host_routes", lambda: [])
 
 
 @pytest.fixture
@@ -195,11 +197,11 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
     monkeypatch.setattr(hostprep, "pick_engine", lambda *a, **k: EnginePick(engine.engine, "fake engine"))
     monkeypatch.setattr(lifecycle, "engine_named", lambda kind: engine.engine)
 
-    def ssh_ok(plan: SandboxPlan, state: StateDir, attempts: int = 10) -> list[NodeStatus]:
+    def ssh_ok(nodes: Sequence[SandboxNode], state: StateDir, attempts: int = 10) -> list[NodeStatus]:
         assert state.private_key.exists() and state.known_hosts.exists()
         return [
             NodeStatus(n.name, n.address, "controller" if n.controller else "compute", n.gpus, "running", True)
-            for n in plan.nodes
+            for n in nodes
         ]
 
     monkeypatch.setattr(lifecycle, "check_ssh", ssh_ok)
@@ -403,7 +405,7 @@ def test_up_status_ssh_down(tmp_path: Path, as_root: None, fake: FakeEngine, mon
     assert loaded.ok
     assert loaded.topology is not None
     assert [(n.name, n.address) for n in loaded.topology.nodes] == [
-        (n.name, n.address) for n in plan_sandbox("lab", 3, 2, "10.213.0.0/24").nodes
+        (n.name, n.address) for n in sandbox_layout("lab", 3, 2, "10.213.0.0/24").nodes
     ]
 
     # Each node got its hosts, its GPUs and gpuclus' public key; the host keys went to known_hosts.

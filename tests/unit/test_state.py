@@ -13,8 +13,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from gpuclus.sandbox.engine import SandboxError
-from gpuclus.sandbox.lifecycle import SandboxRecord, record_path
-from gpuclus.sandbox.plan import plan_sandbox
+from gpuclus.sandbox.layout import sandbox_layout
+from gpuclus.sandbox.record import SandboxRecord, record_path
 from gpuclus.state import STATE_DIR_NAME, StateDir
 
 
@@ -143,8 +143,8 @@ def test_forget_known_hosts_without_a_file(state: StateDir) -> None:
 
 
 def record() -> SandboxRecord:
-    plan = plan_sandbox("lab", 3, 2, "10.213.0.0/24")
-    return SandboxRecord(plan.cluster, "podman", plan.subnet, "localhost/gpuclus-node:0123456789ab", plan.nodes)
+    layout = sandbox_layout("lab", 3, 2, "10.213.0.0/24")
+    return SandboxRecord(layout.cluster, "podman", layout.subnet, "localhost/gpuclus-node:0123456789ab", layout.nodes)
 
 
 def test_sandbox_record_round_trip(state: StateDir) -> None:
@@ -157,16 +157,16 @@ def test_sandbox_record_round_trip(state: StateDir) -> None:
     loaded = SandboxRecord.load(path)
     assert loaded == original
     assert loaded is not None
-    assert loaded.plan == plan_sandbox("lab", 3, 2, "10.213.0.0/24")
+    assert loaded.layout == sandbox_layout("lab", 3, 2, "10.213.0.0/24")
     data = json.loads(path.read_text())
     assert data["nodes"][1] == {"name": "lab-gpu01", "address": "10.213.0.11", "controller": False, "gpus": 2}
 
 
-def test_sandbox_record_plan_of_a_gpu_less_or_single_node_sandbox() -> None:
+def test_sandbox_record_layout_of_a_gpu_less_or_single_node_sandbox() -> None:
     for count, gpus in ((2, 0), (1, 3)):
-        plan = plan_sandbox("lab", count, gpus, "10.213.0.0/24")
-        rebuilt = replace(record(), nodes=plan.nodes).plan
-        assert rebuilt == plan
+        layout = sandbox_layout("lab", count, gpus, "10.213.0.0/24")
+        rebuilt = replace(record(), nodes=layout.nodes).layout
+        assert rebuilt == layout
 
 
 def test_sandbox_record_missing(state: StateDir) -> None:

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from gpuclus.sandbox.plan import plan_sandbox, sandbox_spec_text
+from gpuclus.sandbox.layout import sandbox_layout, sandbox_spec_text
 from gpuclus.spec.load import LoadedSpec, load_spec_text
 from gpuclus.ssh.client import CommandResult
 from gpuclus.validate.context import Context, Options
@@ -45,7 +45,7 @@ def fail(status: int, stdout: str = "", stderr: str = "") -> CommandResult:
 # Exactly what `gpuclus sandbox up --name val` writes: val-head (controller, NFS
 # server, monitoring) and val-gpu01/val-gpu02 with 2 fake GPUs each, the
 # export /srv/nfs/shared mounted at /shared, accounting and Prometheus on, Pyxis off.
-SANDBOX_SPEC = sandbox_spec_text(plan_sandbox("val", 3, 2, "10.213.0.0/24"))
+SANDBOX_SPEC = sandbox_spec_text(sandbox_layout("val", 3, 2, "10.213.0.0/24"))
 HEAD, GPU01, GPU02 = "val-head", "val-gpu01", "val-gpu02"
 COMPUTE = [GPU01, GPU02]
 

@@ -193,7 +193,7 @@ def ssh(
     Extra arguments run as a command instead: `gpuclus sandbox ssh sandbox-head -- sinfo`.
     """
     from gpuclus.sandbox.image import ADMIN_USER
-    from gpuclus.sandbox.lifecycle import SandboxRecord, record_path
+    from gpuclus.sandbox.record import SandboxRecord, record_path
     from gpuclus.state import StateDir
 
     out = Output(json_mode=False)

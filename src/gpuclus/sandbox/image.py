@@ -226,6 +226,17 @@ def image_present(engine: Engine, recipe: ImageRecipe) -> bool:
     return engine.ok(engine.image_exists(recipe.tag))
 
 
+def remove_cached_images(engine: Engine, say: Callable[[str], None]) -> list[str]:
+    """Remove every node image gpuclus built (any recipe); returns their tags."""
+    if not engine.ok(engine.image_list(IMAGE_REPOSITORY), timeout=30):
+        return []
+    images = engine.run(engine.image_list(IMAGE_REPOSITORY), what="listing images").stdout.split()
+    if images:
+        say(f"removing cached image(s) {', '.join(images)}")
+        engine.run(engine.image_remove(images), what="removing images")
+    return images
+
+
 def build_image(
     engine: Engine,
     recipe: ImageRecipe,

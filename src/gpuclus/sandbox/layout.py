@@ -1,4 +1,7 @@
-"""What a sandbox consists of: node names, addresses, subnet, and the spec for it."""
+"""Where a sandbox's parts go: node names, addresses, subnet, resource names, and the spec for them.
+
+Pure: nothing here asks the host or a container engine anything.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,6 @@ import ipaddress
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 from gpuclus.errors import UsageError
 from gpuclus.sandbox.image import ADMIN_USER
@@ -30,7 +32,7 @@ class SandboxNode:
 
 
 @dataclass(frozen=True)
-class SandboxPlan:
+class SandboxLayout:
     cluster: str
     subnet: str
     nodes: tuple[SandboxNode, ...]
@@ -38,7 +40,7 @@ class SandboxPlan:
 
     @property
     def network(self) -> str:
-        return f"gpuclus-{self.cluster}"
+        return network_name(self.cluster)
 
     @property
     def volume(self) -> str:
@@ -53,6 +55,11 @@ class SandboxPlan:
         return self.nodes[1:] if len(self.nodes) > 1 else self.nodes
 
 
+def network_name(cluster: str) -> str:
+    """The sandbox's private network; `down` and the subnet search know it by this name alone."""
+    return f"gpuclus-{cluster}"
+
+
 def check_cluster_name(name: str) -> None:
     if not re.fullmatch(CLUSTER_NAME_PATTERN, name) or len(name) > MAX_CLUSTER_NAME:
         raise UsageError(
@@ -61,7 +68,7 @@ def check_cluster_name(name: str) -> None:
         )
 
 
-def plan_sandbox(cluster: str, node_count: int, gpus_per_node: int, subnet: str) -> SandboxPlan:
+def sandbox_layout(cluster: str, node_count: int, gpus_per_node: int, subnet: str) -> SandboxLayout:
     check_cluster_name(cluster)
     if not 1 <= node_count <= MAX_NODES:
         raise UsageError(f"--nodes {node_count}: the sandbox runs 1 to {MAX_NODES} nodes")
@@ -76,7 +83,7 @@ def plan_sandbox(cluster: str, node_count: int, gpus_per_node: int, subnet: str)
         SandboxNode(f"{cluster}-gpu{index:02d}", str(hosts[FIRST_HOST - 1 + index]), False, gpus_per_node)
         for index in range(1, node_count)
     ]
-    return SandboxPlan(cluster, str(network), (head, *compute), gpus_per_node)
+    return SandboxLayout(cluster, str(network), (head, *compute), gpus_per_node)
 
 
 def pick_subnet(requested: str | None, taken: Iterable[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> str:
@@ -102,36 +109,15 @@ def pick_subnet(requested: str | None, taken: Iterable[ipaddress.IPv4Network | i
     raise UsageError(f"no free /24 left in {SUBNET_POOL}", "pass --subnet with a free network")
 
 
-def host_routes(route_table: Path = Path("/proc/net/route")) -> list[ipaddress.IPv4Network]:
-    """Networks this host routes (the default route excluded), from the kernel's table."""
-    networks = []
-    try:
-        lines = route_table.read_text().splitlines()[1:]
-    except OSError:
-        return []
-    for line in lines:
-        fields = line.split()
-        if len(fields) < 8:
-            continue
-        destination, mask = (int(fields[1], 16), int(fields[7], 16))
-        if mask == 0:
-            continue
-        # The table is little-endian hex.
-        address = ipaddress.IPv4Address(destination.to_bytes(4, "little"))
-        netmask = ipaddress.IPv4Address(mask.to_bytes(4, "little"))
-        networks.append(ipaddress.IPv4Network(f"{address}/{netmask}", strict=False))
-    return networks
-
-
-def sandbox_spec_text(plan: SandboxPlan) -> str:
+def sandbox_spec_text(layout: SandboxLayout) -> str:
     from gpuclus.templating import render_template
 
-    compute = [node for node in plan.nodes if not node.controller]
+    compute = [node for node in layout.nodes if not node.controller]
     return render_template(
         "sandbox/sandbox.yaml.j2",
-        plan=plan,
+        layout=layout,
         admin_user=ADMIN_USER,
-        compute_name=_range(plan.cluster + "-gpu", len(compute)),
+        compute_name=_range(layout.cluster + "-gpu", len(compute)),
         compute_address=_address_range([node.address for node in compute]),
         nfs_path=f"{NFS_VOLUME_MOUNT}/shared",
     )

@@ -1,0 +1,218 @@
+"""The sandbox's node containers: run them, wait for systemd, set them up, check them over SSH, remove them.
+
+Setting a node up writes its /etc/hosts, its fake GPU device nodes and
+gpuclus' public key for the admin user, and reads back its SSH host key.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from gpuclus.sandbox.engine import Engine, NodeContainer, SandboxError
+from gpuclus.sandbox.image import ADMIN_USER, FAKE_GPU_CONFIG
+from gpuclus.sandbox.layout import NFS_VOLUME_MOUNT, SandboxLayout, SandboxNode
+from gpuclus.ssh.client import SshFailure, SshTarget, run_once
+from gpuclus.state import StateDir
+
+BOOT_TIMEOUT = 120
+
+
+@dataclass
+class NodeStatus:
+    name: str
+    address: str
+    role: str
+    gpus: int
+    state: str  # running, exited, created, missing
+    ssh: bool | None = None  # None: not checked
+    detail: str = ""
+
+
+def _status(node: SandboxNode, state: str) -> NodeStatus:
+    return NodeStatus(node.name, node.address, "controller" if node.controller else "compute", node.gpus, state)
+
+
+def node_containers(layout: SandboxLayout, image: str) -> list[NodeContainer]:
+    """What the engine runs for each node; only the controller mounts the NFS volume."""
+    containers = []
+    for node in layout.nodes:
+        role = "controller" if node.controller else "compute"
+        volumes = ((layout.volume, NFS_VOLUME_MOUNT),) if node.controller else ()
+        containers.append(
+            NodeContainer(
+                name=node.name,
+                address=node.address,
+                network=layout.network,
+                image=image,
+                cluster=layout.cluster,
+                volumes=volumes,
+                labels=(("gpuclus.role", role),),
+            )
+        )
+    return containers
+
+
+def ensure_nodes(engine: Engine, layout: SandboxLayout, image: str, say: Callable[[str], None]) -> list[str]:
+    """Create missing nodes, start stopped ones; returns the names created or started."""
+    states = {status.name: status.state for status in inspect_nodes(engine, layout)}
+    touched = []
+    for container in node_containers(layout, image):
+        state = states.get(container.name, "missing")
+        if state == "running":
+            continue
+        if state != "missing":
+            say(f"starting {container.name} (was {state})")
+            if engine.ok(engine.start([container.name])):
+                touched.append(container.name)
+                continue
+            engine.run(engine.remove([container.name]), what=f"removing broken {container.name}")
+        say(f"starting node {container.name} at {container.address}")
+        engine.run(engine.run_node(container), what=f"starting {container.name}")
+        touched.append(container.name)
+    return touched
+
+
+def inspect_nodes(engine: Engine, layout: SandboxLayout) -> list[NodeStatus]:
+    """Each node's container state ("missing" when there is no container)."""
+    present = set(engine.run(engine.list_containers(layout.cluster), what="listing nodes").stdout.split())
+    details: dict[str, dict[str, Any]] = {}
+    names = [node.name for node in layout.nodes if node.name in present]
+    if names:
+        for item in engine.json_lines(engine.inspect(names), what="inspecting nodes"):
+            details[str(item.get("Name", "")).lstrip("/")] = item
+    statuses = []
+    for node in layout.nodes:
+        info = details.get(node.name)
+        statuses.append(_status(node, str(info.get("State", {}).get("Status", "missing")) if info else "missing"))
+    return statuses
+
+
+def remove_nodes(engine: Engine, cluster: str, say: Callable[[str], None]) -> list[str]:
+    """Remove every container labelled with the cluster; returns their names, sorted."""
+    nodes = engine.run(engine.list_containers(cluster), what="listing nodes").stdout.split()
+    if nodes:
+        say(f"removing {len(nodes)} node(s)")
+        engine.run(engine.remove(nodes), what="removing nodes", timeout=120)
+    return sorted(nodes)
+
+
+def logs_hint(engine: Engine) -> str:
+    return f"`{engine.kind} logs NODE` shows why"
+
+
+def node_setup_script(layout: SandboxLayout, node: SandboxNode, public_key: str) -> str:
+    """The shell script that sets a booted node up; its last line of output is the node's SSH host key."""
+    hosts = "\n".join(
+        ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
+        + [f"{other.address} {other.name}" for other in layout.nodes]
+    )
+    home = f"/home/{ADMIN_USER}"
+    gpus = (
+        f"mkdir -p /etc/gpuclus && echo {node.gpus} > {FAKE_GPU_CONFIG} && /usr/local/sbin/gpuclus-fake-gpus"
+        if node.gpus
+        else f"rm -f {FAKE_GPU_CONFIG}"
+    )
+    return f"""set -eu
+# /etc/hosts is a plain file in the node (--no-hosts): write it in place,
+# unless a deploy's base role already manages it (a restarted node).
+grep -q 'managed by gpuclus' /etc/hosts 2>/dev/null || cat > /etc/hosts <<'EOF'
+{hosts}
+EOF
+{gpus}
+install -d -m 700 -o {ADMIN_USER} -g {ADMIN_USER} {home}/.ssh
+# Added, never overwritten: a deploy adds the cluster's own key next to it.
+key={shlex.quote(public_key)}
+touch {home}/.ssh/authorized_keys
+grep -qxF "$key" {home}/.ssh/authorized_keys || printf '%s\\n' "$key" >> {home}/.ssh/authorized_keys
+chown {ADMIN_USER}:{ADMIN_USER} {home}/.ssh/authorized_keys
+chmod 600 {home}/.ssh/authorized_keys
+cut -d' ' -f1,2 /etc/ssh/ssh_host_ed25519_key.pub
+"""
+
+
+def wait_for_boot(engine: Engine, name: str, timeout: float = BOOT_TIMEOUT) -> str:
+    """systemd's state once boot is over ("running" or "degraded").
+
+    Right after the container starts, systemctl cannot reach systemd yet and
+    prints nothing; `--wait` only helps once it can, so poll until it answers.
+    """
+    deadline = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < deadline:
+        result = engine.run(
+            engine.exec(name, ["systemctl", "is-system-running", "--wait"]),
+            what=f"waiting for {name} to boot",
+            check=False,
+            timeout=max(1.0, deadline - time.monotonic()),
+        )
+        state = result.stdout.strip()
+        if state in {"running", "degraded", "maintenance", "stopping"}:
+            return state
+        time.sleep(0.3)
+    return state
+
+
+def configure_nodes(
+    engine: Engine, layout: SandboxLayout, nodes: Sequence[SandboxNode], public_key: str, notes: list[str]
+) -> dict[str, str]:
+    """Wait for boot, then write /etc/hosts, fake GPUs and the admin key; returns host keys by node name.
+
+    A node whose systemd is degraded still works for gpuclus: it adds a line to
+    ``notes`` instead of failing.
+    """
+
+    def configure(node: SandboxNode) -> tuple[str, str]:
+        state = wait_for_boot(engine, node.name)
+        if state == "degraded":
+            failed = engine.run(
+                engine.exec(node.name, ["systemctl", "--failed", "--no-legend", "--plain"]),
+                what="listing failed units",
+                check=False,
+            ).stdout.split()
+            notes.append(f"{node.name}: systemd is degraded (failed: {' '.join(failed[:1]) or 'unknown'})")
+        elif state != "running":
+            raise SandboxError(f"{node.name} did not finish booting (systemd says {state or 'nothing'})")
+        result = engine.run(
+            engine.exec(node.name, ["sh", "-s"], interactive=True),
+            what=f"configuring {node.name}",
+            stdin_text=node_setup_script(layout, node, public_key),
+            timeout=60,
+        )
+        key = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+        if not key.startswith("ssh-ed25519 "):
+            raise SandboxError(f"{node.name} has no SSH host key (got {key!r})")
+        return node.name, key
+
+    with ThreadPoolExecutor(max_workers=min(8, len(nodes))) as pool:
+        return dict(pool.map(configure, nodes))
+
+
+def check_ssh(nodes: Sequence[SandboxNode], state: StateDir, attempts: int = 10) -> list[NodeStatus]:
+    """Log in to each node as the admin user with gpuclus' key; sudo and hostname must work."""
+
+    def probe(node: SandboxNode) -> NodeStatus:
+        status = _status(node, "running")
+        target = SshTarget(node.address, ADMIN_USER, state.private_key, state.known_hosts)
+        try:
+            result = run_once(target, "sudo -n true && hostname", timeout=20, attempts=attempts)
+        except SshFailure as failure:
+            status.ssh, status.detail = False, str(failure)
+            return status
+        hostname = result.stdout.strip()
+        if result.exit_status != 0:
+            status.ssh, status.detail = False, f"sudo -n failed: {result.stderr.strip()}"
+        elif hostname != node.name:
+            status.ssh, status.detail = False, f"hostname is {hostname!r}"
+        else:
+            status.ssh = True
+        return status
+
+    if not nodes:
+        return []
+    with ThreadPoolExecutor(max_workers=min(8, len(nodes))) as pool:
+        return list(pool.map(probe, nodes))

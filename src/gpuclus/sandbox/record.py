@@ -1,0 +1,45 @@
+"""What `sandbox up` made, kept in .gpuclus/sandbox.json so that down, status and ssh find it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from gpuclus.sandbox.engine import SandboxError
+from gpuclus.sandbox.layout import SandboxLayout, SandboxNode
+from gpuclus.state import StateDir
+
+STATE_FILE = "sandbox.json"
+
+
+@dataclass(frozen=True)
+class SandboxRecord:
+    cluster: str
+    engine: str
+    subnet: str
+    image: str
+    nodes: tuple[SandboxNode, ...]
+
+    @property
+    def layout(self) -> SandboxLayout:
+        gpus = max((node.gpus for node in self.nodes), default=0)
+        return SandboxLayout(self.cluster, self.subnet, self.nodes, gpus)
+
+    def dumps(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def load(cls, path: Path) -> SandboxRecord | None:
+        try:
+            data = json.loads(path.read_text())
+            nodes = tuple(SandboxNode(**node) for node in data["nodes"])
+            return cls(data["cluster"], data["engine"], data["subnet"], data["image"], nodes)
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SandboxError(f"{path} is damaged ({exc})", "run `gpuclus sandbox down --name NAME`") from None
+
+
+def record_path(state: StateDir) -> Path:
+    return state.root / STATE_FILE
