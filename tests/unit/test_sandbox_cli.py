@@ -20,7 +20,7 @@ from typer.testing import CliRunner, Result
 
 from gpuclus.cli.main import app
 from gpuclus.sandbox import engine as engine_module
-from gpuclus.sandbox import hostprep, lifecycle, network
+from gpuclus.sandbox import hostprep, image, lifecycle, network
 from gpuclus.sandbox.engine import Engine
 from gpuclus.sandbox.hostprep import EnginePick
 from gpuclus.sandbox.image import PACKAGES, SUITE, ImageRecipe
@@ -176,7 +176,7 @@ def no_real_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lifecycle, "engine_named", refuse)
     monkeypatch.setattr(lifecycle, "build_image", refuse)
     monkeypatch.setattr(lifecycle, "check_ssh", refuse)
-    monkeypatch.setattr(lifecycle, "host_recipe", lambda: RECIPE)
+    monkeypatch.setattr(lifecycle, "host_recipe", lambda mirror=None: RECIPE)
     monkeypatch.setattr(network, "host_routes", lambda: [])
 
 
@@ -237,9 +237,10 @@ def test_subcommand_help(command: str) -> None:
 
 def test_up_help_documents_root_and_exit_codes() -> None:
     text = invoke("up", "--help").stdout
-    for option in ("--nodes", "--gpus-per-node", "--engine", "--subnet", "--no-install", "--json"):
+    for option in ("--nodes", "--gpus-per-node", "--engine", "--subnet", "--no-install", "--mirror", "--json"):
         assert option in text
     assert "root" in text
+    assert "GPUCLUS_SANDBOX_MIRROR" in text
 
 
 # Option errors ----------------------------------------------------------------------------------
@@ -314,6 +315,57 @@ def test_down_needs_root(tmp_path: Path, as_user: None, monkeypatch: pytest.Monk
 def test_down_bogus_engine(tmp_path: Path, as_root: None) -> None:
     result = invoke("down", "--engine", "lxc", "--spec", str(tmp_path / "sandbox.yaml"))
     assert result.exit_code == 2
+
+
+# The Debian mirror -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def ubuntu_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The image recipe as an Ubuntu host's apt sources give it: no Debian mirror among them."""
+    apt = tmp_path / "host-apt"
+    (apt / "sources.list.d").mkdir(parents=True)
+    (apt / "sources.list").write_text("deb http://ubuntu-mirror.example/ubuntu jammy main restricted\n")
+    (apt / "apt.conf.d").mkdir()
+    (apt / "apt.conf.d/90proxy").write_text('Acquire::http::Proxy "http://proxy.example:3128";\n')
+    os_release = tmp_path / "os-release"
+    os_release.write_text("ID=ubuntu\nVERSION_CODENAME=jammy\n")
+
+    def recipe(mirror: str | None = None) -> ImageRecipe:
+        return image.host_recipe(apt, os_release, mirror=mirror)
+
+    monkeypatch.setattr(lifecycle, "host_recipe", recipe)
+
+
+def test_up_without_a_debian_mirror(tmp_path: Path, as_root: None, ubuntu_host: None) -> None:
+    """Refused with one line and a hint before an engine is picked (pick_engine is the failing stand-in)."""
+    result = invoke("up", "--spec", str(tmp_path / "sandbox.yaml"))
+    assert result.exit_code == 2, result.output
+    error = [line for line in result.stderr.splitlines() if line.strip()]
+    assert "no Debian mirror in this host's apt sources" in error[0]
+    assert "--mirror URL" in result.stderr
+    assert "GPUCLUS_SANDBOX_MIRROR" in result.stderr
+    assert not (tmp_path / ".gpuclus").exists()
+
+
+def test_up_with_a_mirror_from_the_environment(
+    tmp_path: Path, as_root: None, ubuntu_host: None, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUCLUS_SANDBOX_MIRROR", "http://mirror.example/debian")
+    result = invoke("up", "--nodes", "1", "--json", "--spec", str(tmp_path / "sandbox.yaml"))
+    assert result.exit_code == 0, result.output
+    expected = lifecycle.host_recipe(mirror="http://mirror.example/debian")
+    assert expected.mirror == "http://mirror.example/debian"
+    assert stdout_json(result)["image"] == expected.tag
+
+
+@pytest.mark.parametrize("mirror", ["mirror.example/debian", "ftp://mirror.example/debian", "http://", ""])
+def test_up_bogus_mirror(tmp_path: Path, as_user: None, mirror: str) -> None:
+    """A mirror debootstrap cannot use is refused with the other options: before the root check."""
+    result = invoke("up", "--mirror", mirror, "--spec", str(tmp_path / "sandbox.yaml"))
+    assert result.exit_code == 2, result.output
+    assert "--mirror" in result.stderr
+    assert "needs root" not in result.stderr
 
 
 # Without a sandbox ---------------------------------------------------------------------------------

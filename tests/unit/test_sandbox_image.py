@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from gpuclus.errors import UsageError
+from gpuclus.sandbox.aptsources import host_apt_files
 from gpuclus.sandbox.image import (
     ADMIN_USER,
-    DEFAULT_MIRROR,
     FAKE_GPU_CONFIG,
     FAKE_GPUS_SCRIPT,
     IMAGE_REPOSITORY,
@@ -21,12 +22,14 @@ from gpuclus.sandbox.image import (
     SUITE,
     ImageRecipe,
     customize_rootfs,
-    host_apt_files,
-    host_mirror,
     host_recipe,
 )
 
 MIRROR = "http://mirror.example.net/debian"
+OTHER_MIRROR = "http://other-mirror.example/debian"
+PROXY = 'Acquire::http::Proxy "http://proxy.example:3128";\n'
+# What debootstrap leaves in the tree: one-line sources for the mirror it was given.
+DEBOOTSTRAP_SOURCES = "deb http://debootstrap-mirror.example/debian bookworm main\n"
 
 DEB822 = f"""\
 # Modernized from /etc/apt/sources.list
@@ -37,7 +40,7 @@ Components: main contrib non-free non-free-firmware
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 
 Types: deb
-URIs: http://security.debian.org/debian-security
+URIs: http://security.example/debian-security
 Suites: bookworm-security
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
@@ -100,142 +103,124 @@ def test_tag_format() -> None:
     assert RECIPE.tag.endswith(":" + RECIPE.digest()[:12])
 
 
-# Host apt files ------------------------------------------------------------------------
+# host_recipe ---------------------------------------------------------------------------
 
 
 @pytest.fixture
 def apt_root(tmp_path: Path) -> Path:
+    """A Debian 12 host's apt tree: deb822 sources for its mirror, a third-party list, a proxy, credentials."""
     root = tmp_path / "etc/apt"
     write(root / "sources.list.d/debian.sources", DEB822)
-    write(root / "sources.list.d/extra.list", "deb http://extra.example/debian bookworm main\n")
-    write(root / "sources.list.d/old.list.disabled", "deb http://old.example/debian bookworm main\n")
-    write(root / "sources.list.d/empty.list", "\n  \n")
-    write(root / "apt.conf.d/80proxy", 'Acquire::http::Proxy "http://proxy:3128";\n')
-    write(
-        root / "apt.conf.d/50appstream",
-        'APT::Update::Post-Invoke-Success { "appstreamcli refresh-cache > /dev/null || true"; };\n',
-    )
+    write(root / "sources.list.d/extra.list", "deb http://extra.example/debian bookworm-extra stable\n")
+    write(root / "apt.conf.d/80proxy", PROXY)
     write(root / "apt.conf.d/20packagekit", 'DPkg::Post-Invoke { "/usr/bin/test -e x || true"; };\n')
-    write(root / "apt.conf.d/99empty", "")
-    write(root / "apt.conf.d/docker-clean", 'Dir::Cache::pkgcache "";\nDir::Cache::srcpkgcache "";\n')
-    write(root / "apt.conf.d/docker-gzip-indexes", 'Acquire::GzipIndexes "true";\n')
-    write(root / "apt.conf.d/docker-no-languages", '# keeps GzipIndexes as it is\nAcquire::Languages "none";\n')
     write(root / "auth.conf.d/mirror.conf", "machine mirror.example.net login u password p\n")
-    (root / "trusted.gpg.d").mkdir()
     return root
 
 
-def test_host_apt_files(apt_root: Path) -> None:
-    files = dict(host_apt_files(apt_root))
-    assert set(files) == {
-        "sources.list.d/debian.sources",
-        "sources.list.d/extra.list",
-        "apt.conf.d/80proxy",
-        "apt.conf.d/docker-no-languages",
-        "auth.conf.d/mirror.conf",
-    }
-    assert files["sources.list.d/debian.sources"] == DEB822
-    assert files["apt.conf.d/80proxy"] == 'Acquire::http::Proxy "http://proxy:3128";\n'
+def os_release(tmp_path: Path, text: str | None) -> Path:
+    path = tmp_path / "os-release"
+    if text is not None:
+        path.write_text(text)
+    return path
 
 
-def test_host_apt_files_of_a_bare_tree(tmp_path: Path) -> None:
-    assert host_apt_files(tmp_path / "nothing") == ()
-
-
-def test_host_apt_files_include_a_one_line_sources_list(tmp_path: Path) -> None:
-    write(tmp_path / "sources.list", "deb http://deb.debian.org/debian bookworm main\n")
-    assert host_apt_files(tmp_path) == (("sources.list", "deb http://deb.debian.org/debian bookworm main\n"),)
-
-
-def test_host_mirror_from_deb822(apt_root: Path) -> None:
-    assert host_mirror(apt_root) == MIRROR
-
-
-def test_host_mirror_from_one_line_sources_with_options(tmp_path: Path) -> None:
-    write(
-        tmp_path / "sources.list",
-        "# deb http://commented.example/debian bookworm main\n"
-        "deb http://security.debian.org/debian-security bookworm-security main\n"
-        "deb [arch=amd64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] "
-        "http://one-line.example/debian bookworm main contrib # trailing\n",
-    )
-    assert host_mirror(tmp_path) == "http://one-line.example/debian"
-
-
-def test_host_mirror_falls_back_to_the_default(tmp_path: Path) -> None:
-    assert host_mirror(tmp_path) == DEFAULT_MIRROR
-    write(tmp_path / "sources.list", "deb http://archive.ubuntu.com/ubuntu jammy main\n")
-    write(
-        tmp_path / "sources.list.d/trixie.sources",
-        "Types: deb\nURIs: http://x.example/debian\nSuites: trixie\nComponents: main\n",
-    )
-    assert host_mirror(tmp_path) == DEFAULT_MIRROR
-
-
-def test_host_mirror_ignores_files_apt_ignores(tmp_path: Path) -> None:
-    """apt reads only *.list and *.sources in sources.list.d; a renamed-away file is not the mirror.
-
-    A host that disabled Debian's default sources for a local mirror must not have
-    its node image debootstrapped from the mirror it turned off.
-    """
-    write(
-        tmp_path / "sources.list.d/debian.sources.disabled",
-        "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\n",
-    )
-    write(
-        tmp_path / "sources.list.d/local-mirror.sources",
-        f"Types: deb\nURIs: {MIRROR}\nSuites: bookworm\nComponents: main\n",
-    )
-    assert host_mirror(tmp_path) == MIRROR
-
-
-# host_recipe ---------------------------------------------------------------------------
+def generated_sources(mirror: str) -> tuple[str, str]:
+    return ("sources.list", f"deb {mirror} bookworm main\ndeb {mirror} bookworm-updates main\n")
 
 
 def test_host_recipe_on_bookworm_reuses_the_host_sources(tmp_path: Path, apt_root: Path) -> None:
-    os_release = write(tmp_path / "os-release", BOOKWORM_OS_RELEASE)
-    recipe = host_recipe(apt_root, os_release)
+    release = os_release(tmp_path, BOOKWORM_OS_RELEASE)
+    recipe = host_recipe(apt_root, release)
     assert recipe.suite == SUITE == "bookworm"
     assert recipe.mirror == MIRROR
     assert recipe.packages == PACKAGES
     assert recipe.apt_files == tuple(sorted(host_apt_files(apt_root)))
+    assert set(dict(recipe.apt_files)) == {
+        "sources.list.d/debian.sources",
+        "sources.list.d/extra.list",
+        "apt.conf.d/80proxy",
+        "auth.conf.d/mirror.conf",
+    }
     # The host brings its sources: no generated sources.list beside them.
     assert "sources.list" not in dict(recipe.apt_files)
-    assert recipe == host_recipe(apt_root, os_release)
+    assert recipe == host_recipe(apt_root, release)
+    # Naming the host's own mirror changes nothing, so the cached image stays valid.
+    assert host_recipe(apt_root, release, mirror=MIRROR) == recipe
 
 
-def test_host_recipe_on_bookworm_without_sources_generates_them(tmp_path: Path) -> None:
-    os_release = write(tmp_path / "os-release", 'VERSION_CODENAME="bookworm"\n')
-    write(tmp_path / "apt/apt.conf.d/80proxy", 'Acquire::http::Proxy "http://p:3128";\n')
-    recipe = host_recipe(tmp_path / "apt", os_release)
-    files = dict(recipe.apt_files)
-    assert files["apt.conf.d/80proxy"] == 'Acquire::http::Proxy "http://p:3128";\n'
-    assert files["sources.list"] == (
-        f"deb {DEFAULT_MIRROR} bookworm main\ndeb {DEFAULT_MIRROR} bookworm-updates main\n"
+def test_host_recipe_on_bookworm_with_another_mirror(tmp_path: Path, apt_root: Path) -> None:
+    """The host's sources name the host's mirror: the image gets sources for the one asked for, and the settings."""
+    recipe = host_recipe(apt_root, os_release(tmp_path, BOOKWORM_OS_RELEASE), mirror=OTHER_MIRROR)
+    assert recipe.mirror == OTHER_MIRROR
+    assert recipe.apt_files == (
+        ("apt.conf.d/80proxy", PROXY),
+        ("auth.conf.d/mirror.conf", "machine mirror.example.net login u password p\n"),
+        generated_sources(OTHER_MIRROR),
     )
+
+
+def test_host_recipe_on_another_debian_release(tmp_path: Path) -> None:
+    """A Debian 13 host's mirror also serves bookworm; its settings (proxy) fit the nodes too."""
+    root = tmp_path / "apt"
+    write(
+        root / "sources.list.d/debian.sources",
+        f"Types: deb\nURIs: {MIRROR}\nSuites: trixie trixie-updates\nComponents: main\n",
+    )
+    write(root / "apt.conf.d/80proxy", PROXY)
+    recipe = host_recipe(root, os_release(tmp_path, "VERSION_CODENAME=trixie\nID=debian\n"))
+    assert recipe.mirror == MIRROR
+    # trixie sources would give the nodes trixie packages: bookworm ones are generated instead.
+    assert recipe.apt_files == (("apt.conf.d/80proxy", PROXY), generated_sources(MIRROR))
+
+
+UBUNTU_SOURCES = "deb http://ubuntu.example/ubuntu jammy main restricted\n"
 
 
 @pytest.mark.parametrize(
     "os_release_text",
     [
         'PRETTY_NAME="Ubuntu 22.04.4 LTS"\nVERSION_CODENAME=jammy\nID=ubuntu\n',
-        "VERSION_CODENAME=trixie\nID=debian\n",
-        "ID=fedora\n",
+        BOOKWORM_OS_RELEASE,
         None,
     ],
-    ids=["ubuntu", "trixie", "no-codename", "missing"],
+    ids=["ubuntu", "bookworm", "no-os-release"],
 )
-def test_host_recipe_elsewhere_uses_debians_mirror(tmp_path: Path, apt_root: Path, os_release_text: str | None) -> None:
-    os_release = tmp_path / "os-release"
-    if os_release_text is not None:
-        os_release.write_text(os_release_text)
-    recipe = host_recipe(apt_root, os_release)
-    assert recipe.mirror == DEFAULT_MIRROR
-    assert recipe.apt_files == (
-        ("sources.list", f"deb {DEFAULT_MIRROR} bookworm main\ndeb {DEFAULT_MIRROR} bookworm-updates main\n"),
+def test_host_recipe_without_a_debian_mirror(tmp_path: Path, os_release_text: str | None) -> None:
+    root = tmp_path / "apt"
+    write(root / "sources.list", UBUNTU_SOURCES)
+    write(root / "apt.conf.d/80proxy", PROXY)
+    release = os_release(tmp_path, os_release_text)
+    with pytest.raises(UsageError) as caught:
+        host_recipe(root, release)
+    assert caught.value.exit_code == 2
+    assert caught.value.message == (
+        f"no Debian mirror in this host's apt sources ({root}/sources.list, sources.list.d/) "
+        "to build the bookworm node image from"
     )
-    # Nothing of the non-Debian-12 host's settings leaks in (its proxy, its auth).
-    assert MIRROR not in str(recipe.apt_files)
+    assert "\n" not in caught.value.message
+    assert caught.value.hint is not None
+    assert "--mirror URL" in caught.value.hint
+    assert "GPUCLUS_SANDBOX_MIRROR" in caught.value.hint
+
+    # With a mirror named, nothing of this host's apt settings leaks in: they were made for another archive.
+    recipe = host_recipe(root, release, mirror=OTHER_MIRROR)
+    assert recipe.mirror == OTHER_MIRROR
+    assert recipe.apt_files == (generated_sources(OTHER_MIRROR),)
+
+
+def test_host_recipe_of_a_bare_host(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="no Debian mirror"):
+        host_recipe(tmp_path / "nothing", tmp_path / "missing")
+    assert host_recipe(tmp_path / "nothing", tmp_path / "missing", mirror=MIRROR).apt_files == (
+        generated_sources(MIRROR),
+    )
+
+
+@pytest.mark.parametrize("mirror", ["mirror.example/debian", "ftp://mirror.example/debian", "http://", ""])
+def test_host_recipe_refuses_a_mirror_debootstrap_cannot_use(tmp_path: Path, apt_root: Path, mirror: str) -> None:
+    with pytest.raises(UsageError, match="--mirror or GPUCLUS_SANDBOX_MIRROR"):
+        host_recipe(apt_root, os_release(tmp_path, BOOKWORM_OS_RELEASE), mirror=mirror)
 
 
 # customize_rootfs ----------------------------------------------------------------------
@@ -245,7 +230,7 @@ def test_host_recipe_elsewhere_uses_debians_mirror(tmp_path: Path, apt_root: Pat
 def rootfs(tmp_path: Path) -> Path:
     """The parts of a debootstrap tree that customize_rootfs touches."""
     root = tmp_path / "rootfs"
-    write(root / "etc/apt/sources.list", "deb http://deb.debian.org/debian bookworm main\n")
+    write(root / "etc/apt/sources.list", DEBOOTSTRAP_SOURCES)
     write(root / "etc/ssh/ssh_host_rsa_key", "-----BEGIN OPENSSH PRIVATE KEY-----\nbaked\n")
     write(root / "etc/ssh/ssh_host_rsa_key.pub", "ssh-rsa AAAA baked\n")
     write(root / "etc/ssh/ssh_host_ed25519_key", "baked\n")
@@ -326,13 +311,13 @@ def test_customize_rootfs_keeps_a_sources_list_the_recipe_brings(rootfs: Path) -
 def test_customize_rootfs_keeps_debootstraps_sources_without_host_sources(rootfs: Path) -> None:
     recipe = ImageRecipe(SUITE, MIRROR, PACKAGES, (("apt.conf.d/80proxy", "x;\n"),))
     customize_rootfs(rootfs, recipe)
-    assert (rootfs / "etc/apt/sources.list").read_text() == "deb http://deb.debian.org/debian bookworm main\n"
+    assert (rootfs / "etc/apt/sources.list").read_text() == DEBOOTSTRAP_SOURCES
 
 
 def test_customize_rootfs_on_a_minimal_tree(tmp_path: Path) -> None:
     """Only etc/apt/sources.list, a host key and machine-id exist beforehand: every directory is made."""
     root = tmp_path / "rootfs"
-    write(root / "etc/apt/sources.list", "deb http://deb.debian.org/debian bookworm main\n")
+    write(root / "etc/apt/sources.list", DEBOOTSTRAP_SOURCES)
     write(root / "etc/ssh/ssh_host_rsa_key", "baked\n")
     write(root / "etc/machine-id", "0123\n")
     customize_rootfs(root, DEB822_RECIPE)

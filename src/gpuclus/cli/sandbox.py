@@ -59,13 +59,26 @@ def up(
         bool,
         typer.Option("--install/--no-install", help="Install podman, runc and debootstrap with apt when missing."),
     ] = True,
+    mirror: Annotated[
+        str | None,
+        typer.Option(
+            "--mirror",
+            envvar="GPUCLUS_SANDBOX_MIRROR",
+            show_envvar=True,
+            help="Debian mirror URL to build the node image from; default: the one in this host's apt sources.",
+            metavar="URL",
+        ),
+    ] = None,
     spec: SpecOption = DEFAULT_SPEC,
     json_mode: JsonOption = False,
 ) -> None:
     """Start sandbox nodes and write a spec for them (sandbox.yaml).
 
     Builds a Debian 12 node image with debootstrap the first time (about a
-    minute; cached by content hash afterwards), starts the nodes as privileged
+    minute; cached by content hash afterwards) from the Debian mirror in this
+    host's apt sources, whose apt settings (proxy, credentials) the nodes also
+    get; on a host without a Debian mirror (Ubuntu, say) pass --mirror or set
+    GPUCLUS_SANDBOX_MIRROR. It then starts the nodes as privileged
     systemd containers on a private network, installs gpuclus' SSH key for the
     admin user 'gpuclus', records each node's host key in gpuclus' known_hosts,
     and checks that SSH and sudo work on every node. Running it again is a
@@ -87,6 +100,7 @@ def up(
             engine=_engine_choice(engine),  # type: ignore[arg-type]
             subnet=subnet,
             install=install,
+            mirror=mirror,
         )
         result = sandbox_up(options, lambda text: out.note(f"[dim]==>[/] {escape(text)}"))
         if json_mode:

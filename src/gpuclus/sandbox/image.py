@@ -17,13 +17,20 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gpuclus.sandbox.aptsources import (
+    check_mirror,
+    debian_mirror,
+    host_apt_files,
+    host_apt_settings,
+    host_sources,
+    no_mirror_error,
+)
 from gpuclus.sandbox.engine import Engine, SandboxError, engine_message
 
 IMAGE_REPOSITORY = "localhost/gpuclus-node"
 # Bump when the customisation below changes in a way the hash cannot see.
 IMAGE_FORMAT = 1
 SUITE = "bookworm"
-DEFAULT_MIRROR = "http://deb.debian.org/debian"
 ADMIN_USER = "gpuclus"
 FAKE_GPU_CONFIG = "/etc/gpuclus/fake-gpus"
 PACKAGES = (
@@ -130,21 +137,36 @@ class ImageRecipe:
         return f"{IMAGE_REPOSITORY}:{self.digest()[:12]}"
 
 
-def host_recipe(apt_root: Path = Path("/etc/apt"), os_release: Path = Path("/etc/os-release")) -> ImageRecipe:
-    """A recipe that reuses this host's Debian mirror and apt settings when it runs Debian 12.
+def host_recipe(
+    apt_root: Path = Path("/etc/apt"),
+    os_release: Path = Path("/etc/os-release"),
+    *,
+    mirror: str | None = None,
+) -> ImageRecipe:
+    """A recipe that reaches Debian the way this host does.
 
-    Nodes then reach packages exactly as the host does (same mirror, same
-    proxy settings); on any other host they use Debian's public mirror.
+    The mirror is ``mirror`` when the user gave one (--mirror,
+    GPUCLUS_SANDBOX_MIRROR), else the host's own Debian mirror; a host without
+    one (Ubuntu, say) is refused rather than sent to a mirror it may not reach.
+    A host that has a Debian mirror lends the nodes its apt settings too (its
+    proxy, its mirror credentials). A Debian 12 host using its own mirror also
+    lends its source files as they are; anything else gets sources generated
+    for the mirror.
     """
-    same_suite = _codename(os_release) == SUITE
-    files = host_apt_files(apt_root) if same_suite else ()
-    mirror = host_mirror(apt_root) if same_suite else DEFAULT_MIRROR
+    host_mirror = debian_mirror(host_sources(apt_root), SUITE)
+    chosen = check_mirror(mirror) if mirror is not None else host_mirror
+    if chosen is None:
+        raise no_mirror_error(apt_root, SUITE)
+    files: tuple[tuple[str, str], ...] = ()
+    if host_mirror is not None:
+        same_sources = _codename(os_release) == SUITE and chosen == host_mirror
+        files = host_apt_files(apt_root) if same_sources else host_apt_settings(apt_root)
     if not any(path.startswith("sources.list") for path, _ in files):
         files = (
             *files,
-            ("sources.list", f"deb {mirror} {SUITE} main\ndeb {mirror} {SUITE}-updates main\n"),
+            ("sources.list", f"deb {chosen} {SUITE} main\ndeb {chosen} {SUITE}-updates main\n"),
         )
-    return ImageRecipe(SUITE, mirror, PACKAGES, tuple(sorted(files)))
+    return ImageRecipe(SUITE, chosen, PACKAGES, tuple(sorted(files)))
 
 
 def _codename(os_release: Path) -> str | None:
@@ -154,72 +176,6 @@ def _codename(os_release: Path) -> str | None:
         return None
     match = re.search(r"^VERSION_CODENAME=\"?([a-z]+)", text, re.MULTILINE)
     return match.group(1) if match else None
-
-
-# apt settings that only keep container image layers small (Debian's docker
-# images ship them as docker-clean and docker-gzip-indexes): no binary package
-# cache and compressed lists. In a node every apt, apt-mark and python-apt
-# run would then rebuild the cache from compressed lists (~0.5-1 CPU-s each,
-# measured); a real Debian server keeps apt's defaults, and so do the nodes.
-LAYER_SIZE_SETTINGS = ("Dir::Cache::pkgcache", "Dir::Cache::srcpkgcache", "GzipIndexes")
-
-
-def host_apt_files(apt_root: Path) -> tuple[tuple[str, str], ...]:
-    """Host apt sources and settings worth copying into nodes.
-
-    Settings with Invoke hooks are left out: they call programs (PackageKit,
-    appstream) that nodes do not have, and apt would fail on them. So are
-    settings that only shrink container image layers (LAYER_SIZE_SETTINGS).
-    """
-    found: list[tuple[str, str]] = []
-    candidates = [apt_root / "sources.list"]
-    candidates += sorted((apt_root / "sources.list.d").glob("*.list"))
-    candidates += sorted((apt_root / "sources.list.d").glob("*.sources"))
-    candidates += sorted(p for p in (apt_root / "apt.conf.d").glob("*") if p.is_file())
-    candidates += sorted(p for p in (apt_root / "auth.conf.d").glob("*") if p.is_file())
-    for path in candidates:
-        try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError):
-            continue
-        if "Invoke" in text or not text.strip():
-            continue
-        if any(setting in _without_comments(text) for setting in LAYER_SIZE_SETTINGS):
-            continue
-        found.append((str(path.relative_to(apt_root)), text))
-    return tuple(found)
-
-
-def _without_comments(text: str) -> str:
-    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith(("#", "//")))
-
-
-def host_mirror(apt_root: Path) -> str:
-    """The host's mirror for the Debian 12 main archive, from deb822 or one-line sources."""
-    texts = []
-    # The files apt reads, in apt's order (alphabetical, both formats mixed).
-    listed = sorted(path for path in (apt_root / "sources.list.d").glob("*") if path.suffix in {".list", ".sources"})
-    for path in [apt_root / "sources.list", *listed]:
-        try:
-            texts.append(path.read_text())
-        except (OSError, UnicodeDecodeError):
-            continue
-    for text in texts:
-        for stanza in re.split(r"\n\s*\n", text):
-            fields = {
-                match.group(1).lower(): match.group(2).strip()
-                for match in re.finditer(r"^([A-Za-z-]+):\s*(.*)$", stanza, re.MULTILINE)
-            }
-            if SUITE in fields.get("suites", "").split() and "main" in fields.get("components", "").split():
-                uris = fields.get("uris", DEFAULT_MIRROR).split()
-                return uris[0] if uris else DEFAULT_MIRROR
-        for line in text.splitlines():
-            words = line.split("#", 1)[0].split()
-            if len(words) >= 4 and words[0] == "deb" and SUITE in words and "main" in words:
-                uri = next((word for word in words[1:] if "://" in word), None)
-                if uri:
-                    return uri
-    return DEFAULT_MIRROR
 
 
 def image_present(engine: Engine, recipe: ImageRecipe) -> bool:

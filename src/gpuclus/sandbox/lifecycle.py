@@ -16,6 +16,7 @@ from typing import Any
 
 from gpuclus.fileio import write_text_atomic
 from gpuclus.sandbox import hostprep
+from gpuclus.sandbox.aptsources import check_mirror
 from gpuclus.sandbox.engine import Engine, SandboxError, docker_engine, podman_engine
 from gpuclus.sandbox.image import build_image, host_recipe, image_present, remove_cached_images
 from gpuclus.sandbox.layout import SandboxLayout, pick_subnet, sandbox_layout, sandbox_spec_text
@@ -70,6 +71,7 @@ class UpOptions:
     engine: hostprep.EngineChoice
     subnet: str | None
     install: bool
+    mirror: str | None = None  # None: the host's own Debian mirror
 
 
 def up(options: UpOptions, say: Say) -> UpResult:
@@ -79,8 +81,11 @@ def up(options: UpOptions, say: Say) -> UpResult:
     sandbox_layout(options.cluster, options.nodes, options.gpus_per_node, "10.213.0.0/24")
     if options.subnet is not None:
         pick_subnet(options.subnet, [])
+    if options.mirror is not None:
+        check_mirror(options.mirror)
     hostprep.require_root()
-    recipe = host_recipe()
+    # A host with no Debian mirror to build from is refused before an engine is installed.
+    recipe = host_recipe(mirror=options.mirror)
     state = StateDir.beside(options.spec_path)
     existing = SandboxRecord.load(record_path(state))
     if existing is not None and existing.cluster != options.cluster:
