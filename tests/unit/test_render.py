@@ -301,27 +301,53 @@ def test_minimal_spec_gets_the_default_partition_and_null_servers() -> None:
 def test_hosts_yml_parses_with_spec_order_and_host_vars() -> None:
     inventory = yaml.safe_load(rendered("workstation")["inventory/hosts.yml"])
     assert inventory["all"]["vars"] == {"ansible_user": "ubuntu"}
-    assert inventory["all"]["children"]["cluster"]["hosts"] == {
-        "ws01": {
-            "ansible_host": "192.168.1.50",
-            "gpuclus_gpu_count": 4,
-            "gpuclus_gpu_model": "A6000",
-            "gpuclus_gpu_fake": False,
-            "gpuclus_cpus": 32,
-            "gpuclus_memory_mb": 250000,
-        }
-    }
+    # A host gets its address only; its hardware is in gpuclus_nodes, which
+    # slurm.conf and gres.conf are built from.
+    assert inventory["all"]["children"]["cluster"]["hosts"] == {"ws01": {"ansible_host": "192.168.1.50"}}
     assert inventory["all"]["children"]["nfs_server"] == {"hosts": {}}
+    cluster = yaml.safe_load(rendered("workstation")[f"{GROUP_VARS_DIR}/cluster.yml"])
+    (record,) = cluster["gpuclus_nodes"]
+    assert {key: record[key] for key in ("gpus", "gpu_model", "gpu_fake", "cpus", "memory_mb")} == {
+        "gpus": 4,
+        "gpu_model": "A6000",
+        "gpu_fake": False,
+        "cpus": 32,
+        "memory_mb": 250000,
+    }
     lab = yaml.safe_load(rendered("lab-3node")["inventory/hosts.yml"])
     assert list(lab["all"]["children"]["cluster"]["hosts"]) == ["head", "gpu01", "gpu02"]
-    # A CPU-only node without cpus/memory gets only its address.
-    assert lab["all"]["children"]["cluster"]["hosts"]["head"] == {"ansible_host": "192.168.1.10"}
 
 
 def test_names_yaml_would_misread_stay_strings() -> None:
     inventory = yaml.safe_load(rendered("tricky-names")["inventory/hosts.yml"])
     assert list(inventory["all"]["children"]["cluster"]["hosts"]) == ["null", "123", "on"]
-    assert inventory["all"]["children"]["cluster"]["hosts"]["123"]["gpuclus_gpu_model"] == "yes"
+    cluster = yaml.safe_load(rendered("tricky-names")[f"{GROUP_VARS_DIR}/cluster.yml"])
+    assert [(node["name"], node["gpu_model"]) for node in cluster["gpuclus_nodes"]][1] == ("123", "yes")
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def ansible_sources() -> str:
+    """Every playbook, task, template, default and var file: where a rendered variable can be read."""
+    paths = sorted((REPO / "roles").rglob("*")) + sorted((REPO / "playbooks").rglob("*"))
+    return "\n".join(path.read_text() for path in paths if path.is_file() and path.suffix in {".yml", ".j2"})
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_every_rendered_variable_has_a_reader(name: str) -> None:
+    # A variable no role reads looks configured and is not; it comes back with
+    # the role that reads it (nvidia, containers, ...).
+    files = rendered(name)
+    variables: set[str] = set()
+    for path, text in files.items():
+        if path.startswith(f"{GROUP_VARS_DIR}/"):
+            variables |= set(yaml.safe_load(text))
+    for host in yaml.safe_load(files["inventory/hosts.yml"])["all"]["children"]["cluster"]["hosts"].values():
+        variables |= {key for key in host if not key.startswith("ansible_")}
+    sources = ansible_sources()
+    unread = sorted(variable for variable in variables if not re.search(rf"\b{variable}\b", sources))
+    assert unread == []
 
 
 def render_into(directory: Path, name: str, **kwargs: Any) -> Path:
@@ -348,7 +374,6 @@ def expected_groups(loaded: LoadedSpec) -> dict[str, list[str]]:
     groups = {"cluster": [node.name for node in topology.nodes]}
     for role in ("controller", "compute", "login", "nfs_server", "monitoring"):
         groups[role] = [node.name for node in topology.with_role(Role(role))]
-    groups["gpu"] = [node.name for node in topology.gpu_nodes]
     return groups
 
 
@@ -506,7 +531,7 @@ def test_second_write_changes_nothing(tmp_path: Path) -> None:
 def test_changed_spec_rewrites_only_the_files_that_changed(tmp_path: Path) -> None:
     write_rendered(tmp_path, rendered("lab-3node"))
     loaded = load_spec_text(
-        (EXAMPLES / "lab-3node" / "cluster.yaml").read_text().replace("pyxis: true", "pyxis: false")
+        (EXAMPLES / "lab-3node" / "cluster.yaml").read_text().replace("accounting: true", "accounting: false")
     )
     assert loaded.ok
     report = write_rendered(
@@ -515,9 +540,7 @@ def test_changed_spec_rewrites_only_the_files_that_changed(tmp_path: Path) -> No
             loaded.spec, loaded.topology, source_name="cluster.yaml", state_dir=STATE_DIR, known_hosts=KNOWN_HOSTS
         ),
     )
-    assert {path for path, status in statuses(report).items() if status == "written"} == {
-        f"{GROUP_VARS_DIR}/containers.yml"
-    }
+    assert {path for path, status in statuses(report).items() if status == "written"} == {f"{GROUP_VARS_DIR}/slurm.yml"}
 
 
 def test_hand_edit_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
@@ -626,7 +649,7 @@ def test_cli_renders_beside_the_spec(lab_spec: Path) -> None:
     assert result.exit_code == 0, result.output
     out = lab_spec.parent / "rendered"
     assert sorted(snapshot_tree(out)) == sorted([*RENDERED_FILES, MANIFEST_NAME])
-    assert "written" in result.stdout and "8 files for 3 nodes" in result.stdout
+    assert "written" in result.stdout and f"{len(RENDERED_FILES)} files for 3 nodes" in result.stdout
     # The files do not depend on where the spec lives, but for the absolute
     # path of its known_hosts in ansible.cfg.
     known_hosts = lab_spec.parent / ".gpuclus" / "ssh" / "known_hosts"

@@ -7,7 +7,6 @@ models means every value that reaches a file is chosen here, in one place.
 
 from __future__ import annotations
 
-import shlex
 import unicodedata
 from collections.abc import Iterator
 from pathlib import PurePosixPath
@@ -20,10 +19,6 @@ from gpuclus.spec.models import ClusterSpec, Role
 from gpuclus.spec.topology import Node, Topology, slurm_partitions
 from gpuclus.templating import GENERATED_HEADER
 
-# Beyond this Ansible's parallel SSH sessions cost more in controller CPU and
-# memory than they save; 25 is where most Ansible tuning guides stop.
-MAX_FORKS = 25
-
 # Inventory groups in the order hosts.yml lists them; roles map one to one.
 ROLE_GROUPS: tuple[tuple[str, str], ...] = (
     (Role.CONTROLLER.value, "runs slurmctld (and slurmdbd with accounting)"),
@@ -32,7 +27,10 @@ ROLE_GROUPS: tuple[tuple[str, str], ...] = (
     (Role.NFS_SERVER.value, "exports the shared directories"),
     (Role.MONITORING.value, "runs Prometheus and Grafana"),
 )
-GPU_GROUP = ("gpu", "nodes with GPUs: driver, CUDA, GRES")
+# Only what a role or playbook reads is rendered: a variable without a reader
+# looks configured and is not. The NVIDIA and container phases bring their
+# group (`gpu`) and group_vars (nvidia.yml, containers.yml) back with the
+# roles that read them; validate takes the network from the spec itself.
 
 # Ansible evaluates Jinja in inventory and group_vars values when it uses them;
 # a spec value carrying these would run as a template on the Ansible host.
@@ -52,7 +50,9 @@ def build_context(spec: ClusterSpec, topology: Topology, *, source_name: str, st
     if controller is None:
         raise ValueError("render needs a checked spec with exactly one controller")
 
-    hosts = [{"name": node.name, "vars": _host_vars(node)} for node in topology.nodes]
+    # Hardware (gpus, cpus, memory_mb) reaches the roles through gpuclus_nodes
+    # in cluster.yml, the one list slurm.conf and gres.conf are built from.
+    hosts = [{"name": node.name, "vars": {"ansible_host": node.address}} for node in topology.nodes]
     groups = [
         {
             "name": role,
@@ -61,22 +61,11 @@ def build_context(spec: ClusterSpec, topology: Topology, *, source_name: str, st
         }
         for role, about in ROLE_GROUPS
     ]
-    groups.append({"name": GPU_GROUP[0], "about": GPU_GROUP[1], "hosts": [n.name for n in topology.gpu_nodes]})
 
     group_vars = {
         "cluster": _cluster_vars(spec, topology, controller),
         "slurm": _slurm_vars(spec, topology),
         "nfs": _nfs_vars(spec, topology),
-        "nvidia": {
-            "gpuclus_nvidia_driver_install": spec.nvidia.driver.install,
-            "gpuclus_nvidia_driver_branch": spec.nvidia.driver.branch,
-            "gpuclus_cuda_install": spec.nvidia.cuda.install,
-            "gpuclus_cuda_version": spec.nvidia.cuda.version,
-        },
-        "containers": {
-            "gpuclus_enroot_install": spec.containers.enroot,
-            "gpuclus_pyxis_install": spec.containers.pyxis,
-        },
         "monitoring": _monitoring_vars(spec, topology),
     }
     context: dict[str, Any] = {
@@ -84,30 +73,9 @@ def build_context(spec: ClusterSpec, topology: Topology, *, source_name: str, st
         "source": source_name,
         "inventory": {"admin_user": spec.cluster.admin_user, "hosts": hosts, "groups": groups},
         "group_vars": group_vars,
-        "ansible_cfg": {
-            "forks": max(1, min(len(topology.nodes), MAX_FORKS)),
-            "state_dir": state_dir,
-            # ssh_args is split like a shell line; quoting keeps a path with
-            # spaces in one piece (and leaves plain paths untouched).
-            "known_hosts_arg": shlex.quote(f"{state_dir}/ssh/known_hosts"),
-        },
     }
     _refuse_templates(context["inventory"], context["group_vars"])
     return context
-
-
-def _host_vars(node: Node) -> dict[str, Any]:
-    values: dict[str, Any] = {"ansible_host": node.address}
-    if node.gpus is not None:
-        values["gpuclus_gpu_count"] = node.gpus.count
-        values["gpuclus_gpu_fake"] = node.gpus.fake
-        if node.gpus.model is not None:
-            values["gpuclus_gpu_model"] = node.gpus.model
-    if node.cpus is not None:
-        values["gpuclus_cpus"] = node.cpus
-    if node.memory_mb is not None:
-        values["gpuclus_memory_mb"] = node.memory_mb
-    return values
 
 
 def _node_record(node: Node) -> dict[str, Any]:
@@ -130,9 +98,6 @@ def _cluster_vars(spec: ClusterSpec, topology: Topology, controller: Node) -> di
         "gpuclus_controller": controller.name,
         "gpuclus_controller_address": controller.address,
         "gpuclus_nodes": [_node_record(node) for node in topology.nodes],
-        "gpuclus_network_fabric": spec.network.fabric.value,
-        "gpuclus_network_link_gbps": spec.network.link_gbps,
-        "gpuclus_network_nics_per_node": spec.network.nics_per_node,
     }
 
 

@@ -25,8 +25,6 @@ RENDERED_FILES: tuple[str, ...] = (
     f"{GROUP_VARS_DIR}/cluster.yml",
     f"{GROUP_VARS_DIR}/slurm.yml",
     f"{GROUP_VARS_DIR}/nfs.yml",
-    f"{GROUP_VARS_DIR}/nvidia.yml",
-    f"{GROUP_VARS_DIR}/containers.yml",
     f"{GROUP_VARS_DIR}/monitoring.yml",
 )
 
