@@ -13,14 +13,14 @@ from gpuclus.cli.main import app
 from gpuclus.errors import UsageError
 from gpuclus.initspec import (
     HostRange,
-    InitPlan,
+    SpecDraft,
     WizardDefaults,
     default_admin_user,
     default_cluster_name,
+    draft_from_flags,
     parse_assignment,
     parse_exports,
     parse_hosts_text,
-    plan_from_flags,
     render_spec,
     run_wizard,
 )
@@ -435,9 +435,9 @@ def test_parse_assignment() -> None:
         parse_assignment("gpu[1-3]=10.0.1.[1-3]", single=True)
 
 
-def test_plan_from_flags_refuses_a_controller_at_another_address_than_the_file() -> None:
+def test_draft_from_flags_refuses_a_controller_at_another_address_than_the_file() -> None:
     with pytest.raises(UsageError, match=r"gives head the address 10\.0\.0\.10"):
-        plan_from_flags(
+        draft_from_flags(
             name="lab",
             admin_user="ubuntu",
             controller="head=10.0.0.99",
@@ -456,8 +456,8 @@ def test_parse_exports() -> None:
 
 
 def test_no_exports_means_no_nfs_server_and_no_warning() -> None:
-    plan = InitPlan("lab", "ubuntu", HostRange("head", "10.0.0.1", 1), (HostRange("n1", "10.0.0.2", 1),), exports=())
-    text = render_spec(plan)
+    draft = SpecDraft("lab", "ubuntu", HostRange("head", "10.0.0.1", 1), (HostRange("n1", "10.0.0.2", 1),), exports=())
+    text = render_spec(draft)
     assert "  exports: []\n" in text
     spec = load_spec_text(text)
     assert spec.ok
@@ -466,8 +466,8 @@ def test_no_exports_means_no_nfs_server_and_no_warning() -> None:
 
 
 def test_exported_home_loses_its_commented_line() -> None:
-    plan = InitPlan("lab", "ubuntu", HostRange("head", "10.0.0.1", 1), exports=("/home", "/shared"))
-    text = render_spec(plan)
+    draft = SpecDraft("lab", "ubuntu", HostRange("head", "10.0.0.1", 1), exports=("/home", "/shared"))
+    text = render_spec(draft)
     assert "    - /home\n" in text and "# - /home" not in text
     assert load_spec_text(text).ok
 
@@ -519,10 +519,10 @@ class Script:
     def tell(self, text: str) -> None:
         self.told.append(text)
 
-    def run(self) -> InitPlan:
-        plan = run_wizard(self.ask, self.confirm, self.tell, WizardDefaults(name="lab", admin_user="ubuntu"))
+    def run(self) -> SpecDraft:
+        draft = run_wizard(self.ask, self.confirm, self.tell, WizardDefaults(name="lab", admin_user="ubuntu"))
         assert self.answers == [] and self.confirms == [], "not every scripted answer was used"
-        return plan
+        return draft
 
 
 def test_wizard_builds_a_cluster_and_reasks_bad_answers() -> None:
@@ -544,27 +544,27 @@ def test_wizard_builds_a_cluster_and_reasks_bad_answers() -> None:
             None,  # exports: the default /shared
         ]
     )
-    plan = script.run()
-    assert (plan.name, plan.admin_user) == ("lab", "ops")
-    assert plan.controller == HostRange("head", "10.0.0.10", 1)
-    assert plan.compute == (
+    draft = script.run()
+    assert (draft.name, draft.admin_user) == ("lab", "ops")
+    assert draft.controller == HostRange("head", "10.0.0.10", 1)
+    assert draft.compute == (
         HostRange("gpu[01-02]", "10.0.0.[11-12]", 2),
         HostRange("big[1-2]", "big[1-2].lab.example.org", 2),
     )
-    assert (plan.gpus_per_node, plan.gpu_model, plan.exports) == (8, "A100", ("/shared",))
+    assert (draft.gpus_per_node, draft.gpu_model, draft.exports) == (8, "A100", ("/shared",))
     assert len(script.told) == 2
     assert "not a valid one" in script.told[0]
     assert "gives 3 address(es)" in script.told[1]
-    spec = load_spec_text(render_spec(plan))
+    spec = load_spec_text(render_spec(draft))
     assert spec.ok and spec.topology is not None
     assert spec.topology.by_name()["big2"].address == "big2.lab.example.org"
 
 
 def test_wizard_without_compute_nodes_asks_for_a_workstation() -> None:
     script = Script(["lab", "ubuntu", "ws", "192.168.1.5", "", "", "2", "", "none"], confirms=[False, True])
-    plan = script.run()
-    assert plan.workstation and plan.exports == ()
-    assert plan.controller_roles == (Role.CONTROLLER, Role.COMPUTE, Role.MONITORING, Role.LOGIN)
+    draft = script.run()
+    assert draft.workstation and draft.exports == ()
+    assert draft.controller_roles == (Role.CONTROLLER, Role.COMPUTE, Role.MONITORING, Role.LOGIN)
     assert sum("workstation" in question for question in script.asked) == 2
 
 
@@ -573,8 +573,8 @@ def test_wizard_warns_before_sharing_home() -> None:
         ["lab", "ubuntu", "head", "10.0.0.1", "n1", "10.0.0.2", "", "1", "", "/home /shared", "/home"],
         confirms=[False, True],
     )
-    plan = script.run()
-    assert plan.exports == ("/home",)
+    draft = script.run()
+    assert draft.exports == ("/home",)
     assert any("~ubuntu/.ssh/authorized_keys" in question for question in script.asked)
 
 
@@ -653,10 +653,10 @@ def test_wizard_refuses_an_existing_file_before_asking(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["on", "null", "no", "0123", "1e3"])
 def test_values_yaml_would_misread_are_quoted(name: str) -> None:
-    plan = InitPlan(
+    draft = SpecDraft(
         "lab", "ubuntu", HostRange("head", "fd00::10", 1), (HostRange(name, "fd00::11", 1),), gpu_model="yes"
     )
-    spec = load_spec_text(render_spec(plan))
+    spec = load_spec_text(render_spec(draft))
     assert spec.ok and spec.spec is not None and spec.topology is not None
     assert spec.topology.compute[0].name == name
     assert spec.spec.nodes[1].gpus is not None and spec.spec.nodes[1].gpus.model == "yes"

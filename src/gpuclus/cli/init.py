@@ -16,7 +16,7 @@ from gpuclus.output import Output, plural
 from gpuclus.spec.findings import Severity
 
 if TYPE_CHECKING:  # initspec pulls in pydantic and jinja2; importing it at start-up slows --help
-    from gpuclus.initspec import InitPlan
+    from gpuclus.initspec import SpecDraft
 
 
 def init(
@@ -163,7 +163,7 @@ def _init(
     cluster_name, user = initspec.resolve_identity(name, admin_user, output, os.environ)
 
     if use_wizard:
-        plan = initspec.run_wizard(
+        draft = initspec.run_wizard(
             _ask,
             _confirm,
             lambda text: out.err.print(f"  [yellow]{escape(text)}[/]"),
@@ -175,20 +175,20 @@ def _init(
             ),
         )
     else:
-        plan = _plan_from_flags(
+        draft = _draft_from_flags(
             out, cluster_name, user, controller, compute, gpus_per_node, gpu_model, from_hosts, output
         )
 
-    text = initspec.render_spec(plan)
+    text = initspec.render_spec(draft)
     _check_before_writing(out, extra, text, output)
     require_absent_or_force(output, force, "cluster spec")
     from gpuclus.fileio import write_text_atomic
 
     write_text_atomic(output, text)
-    _report(out, output, plan)
+    _report(out, output, draft)
 
 
-def _plan_from_flags(
+def _draft_from_flags(
     out: Output,
     name: str,
     user: str,
@@ -198,7 +198,7 @@ def _plan_from_flags(
     gpu_model: str | None,
     from_hosts: Path | None,
     output: Path,
-) -> InitPlan:
+) -> SpecDraft:
     from gpuclus import initspec
 
     file_hosts: list[initspec.HostRange] = []
@@ -208,7 +208,7 @@ def _plan_from_flags(
         if skipped:
             out.note(f"[dim]note:[/] {escape(skipped)}")
         file_hosts = hosts.ranges()
-    plan = initspec.plan_from_flags(
+    draft = initspec.draft_from_flags(
         name=name,
         admin_user=user,
         controller=controller,
@@ -220,7 +220,7 @@ def _plan_from_flags(
     )
     if from_hosts is not None and controller is None:
         out.note(
-            f"[dim]note:[/] controller: {escape(plan.controller.name)} (the first host of "
+            f"[dim]note:[/] controller: {escape(draft.controller.name)} (the first host of "
             f"{escape(str(from_hosts))}); pass --controller NAME to pick another"
         )
     if gpus_per_node is None:
@@ -228,7 +228,7 @@ def _plan_from_flags(
             f"[dim]note:[/] each GPU node gets 1 GPU (no --gpus-per-node); edit gpus.count in "
             f"{escape(str(output))} if they have more"
         )
-    return plan
+    return draft
 
 
 def _check_before_writing(out: Output, extra: dict[str, Any], text: str, output: Path) -> None:
@@ -249,25 +249,25 @@ def _check_before_writing(out: Output, extra: dict[str, Any], text: str, output:
     )
 
 
-def _report(out: Output, output: Path, plan: InitPlan) -> None:
+def _report(out: Output, output: Path, draft: SpecDraft) -> None:
     out.emit(
         {
             "ok": True,
             "file": str(output),
-            "nodes": plan.host_count,
-            "gpus": plan.gpu_count,
-            "controller": plan.controller.name,
+            "nodes": draft.host_count,
+            "gpus": draft.gpu_count,
+            "controller": draft.controller.name,
         }
     )
-    compute = plan.host_count - 1
+    compute = draft.host_count - 1
     shape = (
-        f"{escape(plan.controller.name)} as controller and compute node"
-        if plan.workstation
-        else f"{escape(plan.controller.name)} + {plural(compute, 'compute node')}"
+        f"{escape(draft.controller.name)} as controller and compute node"
+        if draft.workstation
+        else f"{escape(draft.controller.name)} + {plural(compute, 'compute node')}"
     )
     out.note(
-        f"[green]✓[/] wrote {escape(str(output))}: cluster {escape(plan.name)}, {shape}, "
-        f"{plural(plan.gpu_count, 'GPU')}"
+        f"[green]✓[/] wrote {escape(str(output))}: cluster {escape(draft.name)}, {shape}, "
+        f"{plural(draft.gpu_count, 'GPU')}"
     )
     spec = escape(str(output))
     out.note("next steps:")

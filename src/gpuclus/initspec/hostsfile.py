@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuclus.errors import UsageError
-from gpuclus.initspec.plan import HostRange, node_name_problem
+from gpuclus.initspec.draft import HostRange, node_name_problem
 from gpuclus.spec.checks import address_problem
 
 # /etc/hosts is a few kilobytes even for large sites; refuse the wrong file early.

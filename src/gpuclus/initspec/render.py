@@ -1,8 +1,8 @@
-"""Turn an InitPlan into the commented cluster.yaml text (pure, deterministic)."""
+"""Turn a SpecDraft into the commented cluster.yaml text (pure, deterministic)."""
 
 from __future__ import annotations
 
-from gpuclus.initspec.plan import InitPlan
+from gpuclus.initspec.draft import SpecDraft
 from gpuclus.spec.models import Containers, Monitoring, Network, Nvidia, Slurm
 from gpuclus.spec.topology import DEFAULT_PARTITION
 from gpuclus.templating import render_template
@@ -10,8 +10,8 @@ from gpuclus.templating import render_template
 TEMPLATE = "init/cluster.yaml.j2"
 
 
-def render_spec(plan: InitPlan) -> str:
-    """The spec text; the same plan always gives the same bytes."""
+def render_spec(draft: SpecDraft) -> str:
+    """The spec text; the same draft always gives the same bytes."""
     # Defaults come from the models so that init and the loader never disagree.
     nvidia = Nvidia()
     network = Network()
@@ -24,18 +24,18 @@ def render_spec(plan: InitPlan) -> str:
             "roles": [role.value for role in node.roles],
             "gpus": node.gpus,
         }
-        for node in plan.nodes()
+        for node in draft.nodes()
     ]
     return render_template(
         TEMPLATE,
-        cluster_name=plan.name,
-        admin_user=plan.admin_user,
-        workstation=plan.workstation,
-        controller=plan.controller.name,
+        cluster_name=draft.name,
+        admin_user=draft.admin_user,
+        workstation=draft.workstation,
+        controller=draft.controller.name,
         nodes=nodes,
-        gpu_model=plan.gpu_model,
-        exports=list(plan.exports),
-        home_exported="/home" in plan.exports,
+        gpu_model=draft.gpu_model,
+        exports=list(draft.exports),
+        home_exported="/home" in draft.exports,
         partition=DEFAULT_PARTITION,
         accounting=Slurm().accounting,
         driver_branch=nvidia.driver.branch,

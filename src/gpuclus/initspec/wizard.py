@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from gpuclus.errors import UsageError
-from gpuclus.initspec.plan import (
+from gpuclus.initspec.draft import (
     DEFAULT_CONTROLLER_NAME,
     DEFAULT_EXPORTS,
     DEFAULT_GPUS_PER_NODE,
     MAX_GPUS_PER_NODE,
     HostRange,
-    InitPlan,
+    SpecDraft,
     admin_user_problem,
     cluster_name_problem,
     expand_names,
@@ -112,8 +112,8 @@ def _names(answer: str) -> str:
     return answer
 
 
-def run_wizard(ask: Ask, confirm: Confirm, tell: Tell, defaults: WizardDefaults) -> InitPlan:
-    """Ask for the cluster, node by node, and return the plan to write."""
+def run_wizard(ask: Ask, confirm: Confirm, tell: Tell, defaults: WizardDefaults) -> SpecDraft:
+    """Ask for the cluster, node by node, and return the draft to write."""
     name = ask_until_valid(
         ask, tell, "Cluster name (Slurm's ClusterName)", defaults.name, _checked(cluster_name_problem)
     )
@@ -161,7 +161,7 @@ def run_wizard(ask: Ask, confirm: Confirm, tell: Tell, defaults: WizardDefaults)
         _gpu_model,
     )
     exports = _ask_exports(ask, confirm, tell, controller_name, admin_user, defaults.exports)
-    return InitPlan(
+    return SpecDraft(
         name=name,
         admin_user=admin_user,
         controller=controller,

@@ -1,6 +1,6 @@
 """What `gpuclus init` is about to write: hosts, roles, GPUs and shared directories.
 
-Flags, a hosts file and the wizard all end in an ``InitPlan``; the template
+Flags, a hosts file and the wizard all end in a ``SpecDraft``; the template
 turns it into text. The small ``*_problem`` functions return why a value is
 unusable (or None) so the wizard can re-ask with the reason; the flag parsers
 turn the same reasons into UsageError (exit 2) that name the flag.
@@ -152,7 +152,7 @@ def parse_exports(answer: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class PlannedNode:
+class DraftNode:
     """One `nodes:` entry as it will be written."""
 
     name: str
@@ -163,7 +163,7 @@ class PlannedNode:
 
 
 @dataclass(frozen=True)
-class InitPlan:
+class SpecDraft:
     """Everything the template needs; roles follow from controller vs compute."""
 
     name: str
@@ -187,8 +187,8 @@ class InitPlan:
             roles.insert(1, Role.COMPUTE)
         return tuple(roles)
 
-    def nodes(self) -> list[PlannedNode]:
-        controller = PlannedNode(
+    def nodes(self) -> list[DraftNode]:
+        controller = DraftNode(
             self.controller.name,
             self.controller.address,
             self.controller_roles,
@@ -196,7 +196,7 @@ class InitPlan:
             self.controller.count,
         )
         compute = [
-            PlannedNode(host.name, host.address, COMPUTE_ROLES, self.gpus_per_node, host.count) for host in self.compute
+            DraftNode(host.name, host.address, COMPUTE_ROLES, self.gpus_per_node, host.count) for host in self.compute
         ]
         return [controller, *compute]
 
@@ -253,7 +253,7 @@ def _flag_range(flag: str, value: str, *, single: bool) -> HostRange:
         raise UsageError(f"{flag} {value!r}: {exc}", f"for example {flag} {example}") from None
 
 
-def plan_from_flags(
+def draft_from_flags(
     *,
     name: str,
     admin_user: str,
@@ -263,8 +263,8 @@ def plan_from_flags(
     file_source: str | None = None,
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
     gpu_model: str | None = None,
-) -> InitPlan:
-    """Build the plan from --controller/--compute and the hosts of --from-hosts.
+) -> SpecDraft:
+    """Build the draft from --controller/--compute and the hosts of --from-hosts.
 
     The first file host is the controller unless --controller is given; then
     every file host is a compute node, except one of the same name, which
@@ -312,7 +312,7 @@ def plan_from_flags(
             )
     if not 1 <= gpus_per_node <= MAX_GPUS_PER_NODE:
         raise UsageError(f"--gpus-per-node {gpus_per_node} must be between 1 and {MAX_GPUS_PER_NODE}")
-    return InitPlan(
+    return SpecDraft(
         name=name,
         admin_user=admin_user,
         controller=controller_range,
