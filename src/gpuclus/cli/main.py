@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from gpuclus import __version__
+from gpuclus.cli import completion
 from gpuclus.cli import deploy as deploy_cli
 from gpuclus.cli import init as init_cli
 from gpuclus.cli import plan as plan_cli
@@ -37,6 +38,7 @@ app = typer.Typer(
     # Locals in tracebacks can hold passwords and keys: never show them.
     pretty_exceptions_show_locals=False,
     pretty_exceptions_enable=False,
+    # Our own --show-completion/--install-completion take the shell by name (see cli.completion).
     add_completion=False,
     rich_markup_mode="rich",
 )
@@ -54,10 +56,13 @@ def _root(
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit."),
     ] = False,
+    install_completion: completion.InstallCompletionOption = None,
+    show_completion: completion.ShowCompletionOption = None,
 ) -> None:
     """gpuclus: spec → render → deploy → validate."""
 
 
+completion.enable()
 app.command("init", epilog=EPILOG)(init_cli.init)
 app.add_typer(spec_cli.app, name="spec")
 app.command("render", epilog=EPILOG)(render_cli.render)
