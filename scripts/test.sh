@@ -21,8 +21,12 @@ if compgen -G "roles/*/tasks/main.yml" >/dev/null; then
 fi
 step "pytest"
 pytest
-step "molecule (3-node cluster scenario: converge, idempotence, verify)"
-molecule test -s cluster
+# Each role alone on sandbox nodes (munge, slurm, nfs, prometheus), then the
+# 3-node cluster with every phase: converge, idempotence, verify each time.
+for scenario in munge slurm nfs prometheus cluster; do
+  step "molecule $scenario (converge, idempotence, verify)"
+  molecule test -s "$scenario"
+done
 step "README quickstart"
 work=$(mktemp -d)
 repo=$PWD

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import configparser
 import hashlib
 import json
 import os
@@ -310,14 +309,3 @@ def test_new_run_ids_sort_by_time() -> None:
 def test_new_run_ids_in_the_same_second_differ() -> None:
     now = datetime(2026, 3, 1, tzinfo=UTC)
     assert len({new_run_id(now) for _ in range(20)}) > 1
-
-
-def test_main_loop_does_not_spin(state: StateDir, rendered: dict[str, str]) -> None:
-    # Ansible's default 1 ms poll took CPU from the nodes on the 2-core CI host.
-    # Ansible reads internal_poll_interval from a config file only (an
-    # ANSIBLE_INTERNAL_POLL_INTERVAL variable is ignored): the run's ansible.cfg carries it.
-    envvars = prepare(state, rendered).envvars
-    assert "ANSIBLE_INTERNAL_POLL_INTERVAL" not in envvars
-    cfg = configparser.ConfigParser()
-    cfg.read(envvars["ANSIBLE_CONFIG"])
-    assert float(cfg["defaults"]["internal_poll_interval"]) >= 0.01

@@ -1,99 +1,242 @@
 #!/usr/bin/python
 # managed by gpuclus — part of the node_probe role
-"""Read what a role manages on a node, in one round trip, so unchanged steps can be skipped."""
+"""Compare what a role wants on a node with what is there, in one round trip, and name what is stale."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: node_probe
-short_description: Report files, packages, units, users and read-only commands of a node in one round trip
+short_description: Say which of a role's files, packages, units and fstab entries differ from what it wants
 description:
-  - Reads the current state of the things a role manages, so that the role can skip every task
-    whose target already is as wanted (a template whose checksum, owner and mode match; a
-    started unit; installed packages) instead of paying a round trip for each one.
-  - Changes nothing; always returns changed=false, also in check mode. The commands in
-    O(commands) must be read-only: they run in check mode too.
-  - A path may start with C(~user/); it is expanded to that user's home (a user that does not
-    exist leaves the path as given). Results are keyed by the path as given.
+  - A role lists what it manages and how it wants it; the module looks at the node once and
+    returns, under C(stale), only what differs. The role then runs the ordinary module
+    (template, copy, file, apt, systemd_service, mount) for those items alone, with its
+    check mode, diff and handler notification, and skips the rest without a round trip.
+  - A file is stale when it is missing, of another type, or differs in SHA-1 (the checksum
+    Ansible's copy and template compare), owner, group, mode or link target - each only
+    when the role gives it.
+  - Changes nothing; always returns changed=false, also in check mode.
 options:
   files:
-    description: Paths to stat (type, mode, owner, group, link target, SHA-1 of regular files).
+    description:
+      - Wanted paths, each C({path, state, checksum, owner, group, mode, src, contains}). C(state) is
+        file (the default), directory, link or absent; C(checksum) the SHA-1 of the wanted
+        content; C(src) a link's target; C(contains) words the file must hold (a file a
+        module edits line by line, such as authorized_keys). Keys left out are not compared.
+      - A path may start with C(~user/), expanded to that user's home on the node.
     type: list
-    elements: str
-    default: []
-  read:
-    description: Small text files whose content is returned (public data only, never secrets).
-    type: list
-    elements: str
+    elements: dict
     default: []
   packages:
-    description: Package names whose installed version is reported (dpkg or rpm).
+    description: Package names that must be installed (dpkg or rpm).
     type: list
     elements: str
     default: []
   units:
-    description: systemd units whose loaded, active and enabled state is reported.
+    description: systemd units that must be active and enabled.
     type: list
     elements: str
     default: []
   users:
-    description: Users whose uid, gid, group and home are reported (null for a missing user).
+    description: Users whose uid, gid and home the role needs (reported under C(found); null when missing).
     type: list
     elements: str
     default: []
   commands:
-    description: Read-only commands (argv lists) whose rc, stdout and stderr are returned in order.
+    description:
+      - Read-only commands (argv lists) whose rc, stdout and stderr the role needs, reported in
+        order under C(found). They run in check mode too, so they must change nothing.
     type: list
     elements: list
+    default: []
+  fstab:
+    description:
+      - Wanted /etc/fstab entries C({src, path, fstype, opts}), stale unless a line has exactly
+        these fields and dump/pass 0 0 (what ansible.posix.mount writes). With C(mounted=true)
+        the path must also be mounted now.
+    type: list
+    elements: dict
     default: []
 """
 
 RETURN = r"""
-probe:
+stale:
   description: >-
-    files (path to {exists, type, mode, owner, group, sha1, target}), read (path to text or null),
-    packages (name to version or null), missing (packages not installed), units (name to
-    {loaded, active, enabled}), users (name to {uid, gid, group, home} or null),
-    commands (list of {rc, stdout, stderr}), euid.
+    files (paths), packages (names), units (names) and fstab (paths) that differ from what
+    the role wants, each in the order given.
+  returned: always
+  type: dict
+found:
+  description: >-
+    users (name to {uid, gid, home} or null) and commands (list of {rc, stdout, stderr}), as asked.
   returned: always
   type: dict
 """
 
+import grp
+import hashlib
 import os
+import pwd
+import stat
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpuclus_node_state import file_state, package_versions, read_text, unit_states, user_state
+
+SHA1_LIMIT = 16 * 1024 * 1024  # a larger file is never a template: compared by everything but content
+KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "directory", stat.S_IFLNK: "link"}
+
+
+def expand(path: str) -> str:
+    return os.path.expanduser(path) if path.startswith("~") else path
+
+
+def same_id(wanted: object, number: int, lookup) -> bool:
+    """An owner or group given by name or by number."""
+    text = str(wanted)
+    if text.isdigit():
+        return int(text) == number
+    try:
+        return lookup(number)[0] == text
+    except KeyError:
+        return False
+
+
+def sha1(path: str) -> str | None:
+    digest = hashlib.sha1()  # noqa: S324 - the checksum Ansible's copy and template compare
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 16), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def file_stale(want: dict) -> bool:
+    path = expand(want["path"])
+    state = want.get("state") or "file"
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return state != "absent"
+    if state == "absent":
+        return True
+    if KINDS.get(stat.S_IFMT(info.st_mode)) != state:
+        return True
+    if want.get("owner") is not None and not same_id(want["owner"], info.st_uid, pwd.getpwuid):
+        return True
+    if want.get("group") is not None and not same_id(want["group"], info.st_gid, grp.getgrgid):
+        return True
+    if want.get("mode") is not None and state != "link" and stat.S_IMODE(info.st_mode) != int(str(want["mode"]), 8):
+        return True
+    if state == "link" and want.get("src") is not None and os.readlink(path) != want["src"]:
+        return True
+    if state == "file" and want.get("checksum") is not None:
+        return info.st_size > SHA1_LIMIT or sha1(path) != want["checksum"]
+    if state == "file" and want.get("contains"):
+        return not all(text in words(path) for text in want["contains"])
+    return False
+
+
+def words(path: str) -> set[str]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return set(handle.read().split())
+    except OSError:
+        return set()
+
+
+def installed_packages(module: AnsibleModule, names: list[str]) -> set[str]:
+    if not names:
+        return set()
+    found: set[str] = set()
+    if module.get_bin_path("dpkg-query"):
+        argv = ["dpkg-query", "--showformat=${Package}\t${db:Status-Abbrev}\n", "--show", *names]
+        _, out, _ = module.run_command(argv)  # rc 1 when some name is unknown
+        for line in out.splitlines():
+            name, _, status = line.partition("\t")
+            if status.startswith("ii"):
+                found.add(name)
+    elif module.get_bin_path("rpm"):
+        _, out, _ = module.run_command(["rpm", "--query", "--queryformat=%{NAME}\n", *names])
+        found.update(line.strip() for line in out.splitlines())
+    return found
+
+
+def stale_units(module: AnsibleModule, units: list[str]) -> list[str]:
+    systemctl = module.get_bin_path("systemctl")
+    if not units or systemctl is None:
+        return list(units)
+    _, out, _ = module.run_command([systemctl, "show", "--property=ActiveState", *units])
+    blocks = out.split("\n\n")
+    stale = []
+    for unit, block in zip(units, blocks + [""] * len(units)):
+        active = "ActiveState=active" in block.split()
+        # is-enabled reads the unit files; show's UnitFileState is systemd's
+        # cached view, stale until a daemon-reload after a package install.
+        enabled = active and module.run_command([systemctl, "is-enabled", "--quiet", unit])[0] == 0
+        if not (active and enabled):
+            stale.append(unit)
+    return stale
+
+
+def stale_fstab(entries: list[dict]) -> list[str]:
+    try:
+        with open("/etc/fstab", encoding="utf-8", errors="replace") as handle:
+            lines = [line.split() for line in handle]
+    except OSError:
+        lines = []
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as handle:
+            mounted = {line.split()[1] for line in handle if len(line.split()) > 1}
+    except OSError:
+        mounted = set()
+    stale = []
+    for entry in entries:
+        wanted = [entry["src"], entry["path"], entry["fstype"], entry["opts"], "0", "0"]
+        if wanted not in lines or (entry.get("mounted") and entry["path"] not in mounted):
+            stale.append(entry["path"])
+    return stale
+
+
+def user_entry(name: str) -> dict | None:
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        return None
+    return {"uid": entry.pw_uid, "gid": entry.pw_gid, "home": entry.pw_dir}
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "files": {"type": "list", "elements": "str", "default": []},
-            "read": {"type": "list", "elements": "str", "default": []},
+            "files": {"type": "list", "elements": "dict", "default": []},
             "packages": {"type": "list", "elements": "str", "default": []},
             "units": {"type": "list", "elements": "str", "default": []},
+            "fstab": {"type": "list", "elements": "dict", "default": []},
             "users": {"type": "list", "elements": "str", "default": []},
             "commands": {"type": "list", "elements": "list", "default": []},
         },
         supports_check_mode=True,
     )
     params = module.params
-    packages = package_versions(module, params["packages"])
+    for want in params["files"]:
+        if not want.get("path") or (want.get("state") or "file") not in ("file", "directory", "link", "absent"):
+            module.fail_json(msg=f"files: each entry needs a path and a state of file, directory, link or absent: {want}")
+    installed = installed_packages(module, params["packages"])
     commands = []
     for argv in params["commands"]:
         rc, out, err = module.run_command([str(word) for word in argv])
         commands.append({"rc": rc, "stdout": out, "stderr": err})
-    probe = {
-        "files": {path: file_state(path) for path in params["files"]},
-        "read": {path: read_text(path) for path in params["read"]},
-        "packages": packages,
-        "missing": [name for name in params["packages"] if packages[name] is None],
-        "units": unit_states(module, params["units"]),
-        "users": {name: user_state(name) for name in params["users"]},
-        "commands": commands,
-        "euid": os.geteuid(),
-    }
-    module.exit_json(changed=False, probe=probe)
+    module.exit_json(
+        changed=False,
+        stale={
+            "files": [want["path"] for want in params["files"] if file_stale(want)],
+            "packages": [name for name in params["packages"] if name not in installed],
+            "units": stale_units(module, params["units"]),
+            "fstab": stale_fstab(params["fstab"]),
+        },
+        found={"users": {name: user_entry(name) for name in params["users"]}, "commands": commands},
+    )
 
 
 if __name__ == "__main__":

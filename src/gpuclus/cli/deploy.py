@@ -13,6 +13,7 @@ from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElaps
 from rich.table import Table
 
 from gpuclus.cli.common import DEFAULT_SPEC, JsonOption, handled, load_checked_spec
+from gpuclus.cli.completion import complete_phases
 from gpuclus.errors import UsageError
 from gpuclus.output import Output
 
@@ -27,8 +28,14 @@ PHASES_HELP = "Comma-separated phases: base, nfs, nvidia, slurm, containers, mon
 
 def deploy(
     spec: Annotated[Path, typer.Argument(help="Cluster spec (YAML).")] = DEFAULT_SPEC,
-    only: Annotated[str | None, typer.Option("--only", help=f"Run only these phases. {PHASES_HELP}")] = None,
-    skip: Annotated[str | None, typer.Option("--skip", help=f"Leave these phases out. {PHASES_HELP}")] = None,
+    only: Annotated[
+        str | None,
+        typer.Option("--only", help=f"Run only these phases. {PHASES_HELP}", autocompletion=complete_phases),
+    ] = None,
+    skip: Annotated[
+        str | None,
+        typer.Option("--skip", help=f"Leave these phases out. {PHASES_HELP}", autocompletion=complete_phases),
+    ] = None,
     limit: Annotated[
         str | None, typer.Option("--limit", help="Only these nodes, as a hostlist (e.g. 'gpu[01-02],head').")
     ] = None,

@@ -96,8 +96,8 @@ def ansible_environment(state: StateDir, host_count: int, config_file: Path) -> 
     """The run's envvars: the settings table (as ansible.cfg has it), plus what only a run needs.
 
     ``config_file`` is the run's own rendered ansible.cfg: Ansible reads some
-    settings (internal_poll_interval) from a config file only, and naming the
-    file keeps an admin's ~/.ansible.cfg or /etc/ansible/ansible.cfg out of the run.
+    settings from a config file only, and naming the file keeps an admin's
+    ~/.ansible.cfg or /etc/ansible/ansible.cfg out of the run.
     """
     table = ansible_settings.settings(
         host_count=host_count, state_dir=str(state.root), known_hosts=str(state.known_hosts)

@@ -91,8 +91,17 @@ def _node_record(node: Node) -> dict[str, Any]:
     }
 
 
+# Package-manager settings every role that installs packages reads (each
+# through its own <role>_apt_cache_valid_time / <role>_package_lock_timeout
+# default): one value for the whole cluster instead of one per role.
+APT_CACHE_VALID_SECONDS = 3600  # apt-get update only when the lists are older
+PACKAGE_LOCK_TIMEOUT_SECONDS = 300  # unattended-upgrades holds the lock for minutes after boot
+
+
 def _cluster_vars(spec: ClusterSpec, topology: Topology, controller: Node) -> dict[str, Any]:
     return {
+        "gpuclus_apt_cache_valid_time": APT_CACHE_VALID_SECONDS,
+        "gpuclus_package_lock_timeout": PACKAGE_LOCK_TIMEOUT_SECONDS,
         "gpuclus_cluster_name": spec.cluster.name,
         "gpuclus_admin_user": spec.cluster.admin_user,
         "gpuclus_controller": controller.name,
