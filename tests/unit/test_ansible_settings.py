@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from deploy_specs import THREE_NODE_SPEC
 
 from gpuclus import ansible_settings
 from gpuclus.deploy.phases import Phase
@@ -20,16 +21,7 @@ from gpuclus.spec.load import load_spec
 from gpuclus.state import StateDir
 
 PLAYBOOKS = Path(__file__).resolve().parents[1] / "fixtures" / "deploy_playbooks"
-SPEC = """\
-apiVersion: gpuclus/v1
-cluster: {name: sbx, admin_user: ubuntu}
-nodes:
-  - {name: head, address: 172.28.0.10, roles: [controller, nfs_server, monitoring, login]}
-  - {name: "gpu[01-02]", address: "172.28.0.[11-12]", roles: [compute], gpus: {count: 2, fake: true}}
-nfs: {exports: [/home]}
-nvidia: {driver: {install: false}, cuda: {install: false}}
-containers: {enroot: false, pyxis: false}
-"""
+SPEC = THREE_NODE_SPEC
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deploy_specs import THREE_NODE_SPEC
 from typer.testing import CliRunner
 
 from gpuclus.deploy import pipeline
@@ -38,16 +39,7 @@ nfs: {exports: [/shared]}
 """
 
 # Sandbox-like, and nothing the test playbooks lack: base, nfs, slurm, monitoring.
-SANDBOX = """\
-apiVersion: gpuclus/v1
-cluster: {name: sbx, admin_user: ubuntu}
-nodes:
-  - {name: head, address: 172.28.0.10, roles: [controller, nfs_server, monitoring, login]}
-  - {name: "gpu[01-02]", address: "172.28.0.[11-12]", roles: [compute], gpus: {count: 2, fake: true}}
-nfs: {exports: [/home]}
-nvidia: {driver: {install: false}, cuda: {install: false}}
-containers: {enroot: false, pyxis: false}
-"""
+SANDBOX = THREE_NODE_SPEC
 
 INVALID = """\
 apiVersion: gpuclus/v1

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deploy_specs import THREE_NODE_SPEC
 
 from gpuclus.deploy import pipeline, records
 from gpuclus.deploy.events import Event, EventTranslator, PhaseStarted
@@ -27,16 +28,7 @@ from gpuclus.ssh.preflight import NodeReport, PreflightCheck
 from gpuclus.state import StateDir
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-SANDBOX = """\
-apiVersion: gpuclus/v1
-cluster: {name: sbx, admin_user: ubuntu}
-nodes:
-  - {name: head, address: 172.28.0.10, roles: [controller, nfs_server, monitoring, login]}
-  - {name: "gpu[01-02]", address: "172.28.0.[11-12]", roles: [compute], gpus: {count: 2, fake: true}}
-nfs: {exports: [/home]}
-nvidia: {driver: {install: false}, cuda: {install: false}}
-containers: {enroot: false, pyxis: false}
-"""
+SANDBOX = THREE_NODE_SPEC
 NODES = {"head": "172.28.0.10", "gpu01": "172.28.0.11", "gpu02": "172.28.0.12"}
 
 

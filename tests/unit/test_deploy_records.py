@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from deploy_specs import THREE_NODE_SPEC
 
 from gpuclus.deploy import records
 from gpuclus.deploy.events import EventTranslator, HostResult, PhaseStarted, TaskStarted
@@ -389,16 +390,7 @@ def test_retry_failed_with_limit(loaded: LoadedSpec, state: StateDir) -> None:
 
 # pipeline.prepare with nodes left out by preflight ------------------------------------------
 
-SANDBOX = """\
-apiVersion: gpuclus/v1
-cluster: {name: sbx, admin_user: ubuntu}
-nodes:
-  - {name: head, address: 172.28.0.10, roles: [controller, nfs_server, monitoring, login]}
-  - {name: "gpu[01-02]", address: "172.28.0.[11-12]", roles: [compute], gpus: {count: 2, fake: true}}
-nfs: {exports: [/home]}
-nvidia: {driver: {install: false}, cuda: {install: false}}
-containers: {enroot: false, pyxis: false}
-"""
+SANDBOX = THREE_NODE_SPEC
 HEAD_DOWN = Failure("head", "preflight: ssh", "preflight", "Authentication failed.", unreachable=True)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from deploy_specs import THREE_NODE_SPEC
 
 from gpuclus.ansible_settings import MAX_FORKS
 from gpuclus.deploy.phases import Phase
@@ -39,16 +40,7 @@ RUN_ID = "20260301T120000Z-ab12"
 CONFIG_FILE = Path("/srv/lab/.gpuclus/runs") / RUN_ID / "ansible.cfg"
 PHASES = [Phase.BASE, Phase.NFS, Phase.SLURM, Phase.MONITORING]
 HOSTS = ["head", "gpu01", "gpu02"]
-SPEC = """\
-apiVersion: gpuclus/v1
-cluster: {name: sbx, admin_user: ubuntu}
-nodes:
-  - {name: head, address: 172.28.0.10, roles: [controller, nfs_server, monitoring, login]}
-  - {name: "gpu[01-02]", address: "172.28.0.[11-12]", roles: [compute], gpus: {count: 2, fake: true}}
-nfs: {exports: [/home]}
-nvidia: {driver: {install: false}, cuda: {install: false}}
-containers: {enroot: false, pyxis: false}
-"""
+SPEC = THREE_NODE_SPEC
 
 
 def mode(path: Path) -> int:
