@@ -28,19 +28,21 @@ if TYPE_CHECKING:
 MAX_CLOCK_SKEW = 5.0  # seconds; munge rejects credentials beyond its TTL window
 SUPPORTED = {("debian", "12"): True, ("ubuntu", "22.04"): False, ("ubuntu", "24.04"): False, ("rocky", "9"): False}
 
-# Everything in one round trip. Sections are separated by marker lines.
+# Everything in one round trip. Sections are separated by marker lines. The
+# clock is read last: skew_checks() takes it as read when the answer arrived,
+# and a slow step after it (a name lookup waiting on DNS) showed as skew.
 PROBE = r"""
 echo '@@sudo'; sudo -n true >/dev/null 2>&1 && echo yes || echo no
 echo '@@os'; . /etc/os-release 2>/dev/null; echo "${ID:-unknown} ${VERSION_ID:-unknown}"
 echo '@@python'; command -v python3 || echo none
 echo '@@hostname'; hostname
-echo '@@time'; date +%s.%N
 echo '@@disk'; df -Pk / | awk 'NR==2 {print $4}'
 echo '@@pci'; for d in /sys/bus/pci/devices/*; do [ -r "$d/vendor" ] || continue;
   v=$(cat "$d/vendor"); c=$(cat "$d/class")
   [ "$v" = 0x10de ] && case "$c" in 0x0300*|0x0302*) echo "$d";; esac; done; true
 echo '@@devnodes'; ls /dev/nvidia[0-9]* 2>/dev/null | wc -l
 echo '@@resolve'; for n in NAMES; do getent hosts "$n" >/dev/null && echo "$n ok" || echo "$n missing"; done
+echo '@@time'; date +%s.%N
 """
 
 
