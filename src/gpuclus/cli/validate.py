@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gpuclus.cli.common import DEFAULT_SPEC, JsonOption, handled, load_checked_spec
+from gpuclus.cli.completion import complete_items
 from gpuclus.errors import UsageError
 from gpuclus.output import Output
 
@@ -24,7 +25,7 @@ def _complete_checks(incomplete: str) -> list[str]:
     """--only: the stages and check ids of the registry, for the item after the last comma."""
     from gpuclus.validate.registry import STAGES, all_checks
 
-    return _complete_item(incomplete, [*STAGES, *(check.id for check in all_checks())])
+    return complete_items(incomplete, [*STAGES, *(check.id for check in all_checks())])
 
 
 def _complete_nodes(ctx: typer.Context, incomplete: str) -> list[str]:
@@ -41,14 +42,7 @@ def _complete_nodes(ctx: typer.Context, incomplete: str) -> list[str]:
         return []
     if topology is None:
         return []
-    return _complete_item(incomplete, [node.name for node in topology.nodes])
-
-
-def _complete_item(incomplete: str, choices: list[str]) -> list[str]:
-    """Complete the last item of a comma-separated list, leaving out those already listed."""
-    head, comma, last = incomplete.rpartition(",")
-    listed = set(head.split(","))
-    return [head + comma + choice for choice in choices if choice.startswith(last) and choice not in listed]
+    return complete_items(incomplete, [node.name for node in topology.nodes])
 
 
 def validate(
