@@ -654,7 +654,7 @@ def test_wizard_refuses_an_existing_file_before_asking(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["on", "null", "no", "0123", "1e3"])
 def test_values_yaml_would_misread_are_quoted(name: str) -> None:
     draft = SpecDraft(
-        "lab", "ubuntu", HostRange("head", "fd00::10", 1), (HostRange(name, "fd00::11", 1),), gpu_model="yes"
+        "lab", "ubuntu", HostRange("head", "10.0.0.10", 1), (HostRange(name, "10.0.0.11", 1),), gpu_model="yes"
     )
     spec = load_spec_text(render_spec(draft))
     assert spec.ok and spec.spec is not None and spec.topology is not None

@@ -25,7 +25,7 @@ from gpuclus.render.context import build_context
 from gpuclus.render.files import GROUP_VARS_DIR
 from gpuclus.spec.hostlist import expand_list
 from gpuclus.spec.load import LoadedSpec, load_spec, load_spec_text
-from gpuclus.spec.models import Role
+from gpuclus.spec.models import NfsExport, Role
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "inventories" / "examples"
 EXAMPLE_NAMES = ("lab-3node", "ib-16node", "workstation")
@@ -52,7 +52,7 @@ cluster: {name: tricky, admin_user: admin}
 nodes:
   - {name: "null", address: 10.2.0.1, roles: [controller, monitoring]}
   - {name: "123", address: 10.2.0.2, roles: [compute], gpus: {count: 1, fake: true, model: "yes"}}
-  - {name: "on", address: "fd00::3", roles: [compute]}
+  - {name: "on", address: 10.2.0.3, roles: [compute]}
 nvidia: {driver: {install: false}, cuda: {install: false}}
 """
 
@@ -224,17 +224,18 @@ def test_known_hosts_must_be_absolute_and_fit_in_ansible_cfg() -> None:
 
 
 def test_values_with_jinja_delimiters_are_refused() -> None:
-    # Ansible would evaluate them as templates on the machine running it.
-    # The schema keeps them out of most fields; an export path (any absolute
-    # path without spaces) can still carry one.
-    loaded = inline(
+    # Ansible would evaluate them as templates on the machine running it. The
+    # spec's grammar keeps braces out of every field; the renderer refuses
+    # them again, for a spec built in Python without the loader.
+    text = (
         MINIMAL.replace("[controller]", "[controller, nfs_server]") + 'nfs: {exports: [\'/{{lookup("pipe","id")}}\']}\n'
     )
-    assert loaded.ok, loaded.findings
+    assert "invalid-format" in [finding.code for finding in load_spec_text(text).findings]
+    loaded = inline(MINIMAL.replace("[controller]", "[controller, nfs_server]") + "nfs: {exports: [/home]}\n")
+    hostile = NfsExport.model_construct(path='/{{lookup("pipe","id")}}', mount=None, options="rw")
+    spec = loaded.spec.model_copy(update={"nfs": loaded.spec.nfs.model_copy(update={"exports": [hostile]})})
     with pytest.raises(UsageError, match="Jinja"):
-        render_files(
-            loaded.spec, loaded.topology, source_name="cluster.yaml", state_dir=STATE_DIR, known_hosts=KNOWN_HOSTS
-        )
+        render_files(spec, loaded.topology, source_name="cluster.yaml", state_dir=STATE_DIR, known_hosts=KNOWN_HOSTS)
 
 
 # YAML and Ansible's view of it --------------------------------------------------------------------

@@ -15,9 +15,8 @@ from pathlib import Path
 
 from gpuclus.errors import UsageError
 from gpuclus.spec import hostlist
-from gpuclus.spec.checks import address_problem
+from gpuclus.spec.grammar import address_problem, export_path_problem
 from gpuclus.spec.models import (
-    ABSOLUTE_PATH,
     CLUSTER_NAME_PATTERN,
     GPU_MODEL_PATTERN,
     NODE_NAME_PATTERN,
@@ -73,8 +72,6 @@ def gpu_model_problem(model: str) -> str | None:
     return _pattern_problem(model, GPU_MODEL_PATTERN)
 
 
-def export_path_problem(path: str) -> str | None:
-    return _pattern_problem(path, ABSOLUTE_PATH)
 
 
 @dataclass(frozen=True)
@@ -142,10 +139,11 @@ def parse_exports(answer: str) -> tuple[str, ...]:
         return ()
     paths: list[str] = []
     for word in words:
-        problem = export_path_problem(word)
+        # "/data/" is how many people write a directory; the spec wants "/data".
+        path = word.rstrip("/") or "/"
+        problem = export_path_problem(path)
         if problem is not None:
             raise ValueError(f"{word!r} {problem}")
-        path = word.rstrip("/") or "/"
         if path not in paths:
             paths.append(path)
     return tuple(paths)

@@ -16,14 +16,13 @@ whatever the dropped entries say (two controllers among them are two too many).
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuclus.spec import hostlist
 from gpuclus.spec.findings import Finding, Loc, Severity, error, info, warning
+from gpuclus.spec.grammar import address_problem, full_match
 from gpuclus.spec.models import ClusterSpec, NodeEntry, Role
 from gpuclus.spec.topology import Node, Topology
 
@@ -156,7 +155,7 @@ def compute_present(view: SpecView) -> list[Finding]:
     ]
 
 
-_NODE_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_NODE_NAME = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
 
 
 @_check()
@@ -164,7 +163,7 @@ def node_names(view: SpecView) -> list[Finding]:
     findings: list[Finding] = []
     reported_entries: set[int] = set()
     for node in view.topology.nodes:
-        if not _NODE_NAME.match(node.name) and node.entry not in reported_entries:
+        if not full_match(_NODE_NAME, node.name) and node.entry not in reported_entries:
             reported_entries.add(node.entry)
             findings.append(
                 error(
@@ -204,26 +203,6 @@ def _collisions(topology: Topology, key: Callable[[Node], str]) -> list[tuple[in
     return [(first, second, values) for (first, second), values in pairs.items()]
 
 
-def address_problem(address: str) -> str | None:
-    """Why ``address`` is neither an IP address nor a DNS name, or None if fine."""
-    try:
-        ipaddress.ip_address(address)
-        return None
-    except ValueError:
-        pass
-    if re.fullmatch(r"[0-9.]+", address):
-        return "looks like an IPv4 address but is not a valid one"
-    if ":" in address:
-        return "is not a valid IPv6 address"
-    if len(address) > 253:
-        return "is longer than a DNS name may be (253)"
-    labels = address.rstrip(".").split(".")
-    for label in labels:
-        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?", label):
-            return f"has an invalid DNS label {label!r}"
-    return None
-
-
 @_check()
 def node_addresses(view: SpecView) -> list[Finding]:
     findings: list[Finding] = []
@@ -237,7 +216,7 @@ def node_addresses(view: SpecView) -> list[Finding]:
                     "invalid-address",
                     f"address {node.address!r} {problem}",
                     _node_loc(node.entry, "address"),
-                    hint="use an IPv4 address (10.0.0.11), an IPv6 address or a DNS name",
+                    hint="use an IPv4 address (10.0.0.11) or a DNS name (gpu01.lab.example)",
                 )
             )
     for first, second, addresses in _collisions(view.topology, lambda node: node.address.lower()):

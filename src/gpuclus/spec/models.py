@@ -13,6 +13,8 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
+from gpuclus.spec.grammar import export_options_problem, export_path_problem
+
 API_VERSION: Final = "gpuclus/v1"
 
 
@@ -58,10 +60,11 @@ def _version_text(value: Any) -> Any:
 NODE_NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
 CLUSTER_NAME_PATTERN = r"^[a-z][a-z0-9-]{0,39}$"
 USER_PATTERN = r"^[a-z_][a-z0-9_-]{0,31}$"
-ABSOLUTE_PATH = r"^/[^\s]*$"
+ABSOLUTE_PATH = r"^(/[A-Za-z0-9_.+@-]+)+$"
 GPU_MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 PARTITION_PATTERN = r"^[A-Za-z0-9_-]{1,40}$"
-MAX_TIME_PATTERN = r"^(UNLIMITED|INFINITE|\d+(-\d{1,2})?(:\d{1,2}){0,2})$"
+# Minutes or days bounded so Slurm's 32-bit time fields cannot overflow.
+MAX_TIME_PATTERN = r"^(UNLIMITED|INFINITE|\d{1,7}|\d{1,5}-\d{1,2}(:\d{1,2}){0,2}|\d{1,6}(:\d{1,2}){1,2})$"
 VERSION_PATTERN = r"^\d+\.\d+(\.\d+)?([-.][0-9A-Za-z.+~-]+)?$"
 
 # What each pattern means, for error messages a person can act on.
@@ -69,7 +72,8 @@ PATTERN_RULES = {
     NODE_NAME_PATTERN: "is not a plain lower-case host name",
     CLUSTER_NAME_PATTERN: "must start with a lower-case letter and use only a-z, 0-9 and '-' (at most 40)",
     USER_PATTERN: "is not a valid Linux user name (lower case, digits, '_' and '-')",
-    ABSOLUTE_PATH: "must be an absolute path without spaces (starting with /)",
+    ABSOLUTE_PATH: "must be an absolute path of letters, digits and '_', '.', '+', '@', '-' "
+    "(no spaces, quotes, ',', ';', '#', braces or a trailing '/')",
     GPU_MODEL_PATTERN: "must be a short name without spaces, e.g. h100 (it becomes the Slurm GRES type)",
     PARTITION_PATTERN: "may use only letters, digits, '_' and '-' (at most 40)",
     MAX_TIME_PATTERN: "is not a Slurm time (UNLIMITED, minutes, or days-hours:minutes:seconds)",
@@ -103,8 +107,8 @@ class NodeEntry(_Model):
     address: str = Field(
         min_length=1,
         max_length=300,
-        description="IPv4, IPv6 or DNS name gpuclus connects to; a range such as '10.0.0.[11-26]' must "
-        "expand to as many addresses as the name does.",
+        description="IPv4 address or DNS name gpuclus connects to (IPv6 is not supported yet); a range "
+        "such as '10.0.0.[11-26]' must expand to as many addresses as the name does.",
     )
     roles: list[Role] = Field(
         min_length=1,
@@ -117,7 +121,9 @@ class NodeEntry(_Model):
     memory_mb: int | None = Field(
         default=None,
         ge=256,
-        description="RealMemory for slurm.conf in MiB; probed from the node (minus a reserve) when left out.",
+        le=67_108_864,
+        description="RealMemory for slurm.conf in MiB (at most 64 TiB); probed from the node (minus a reserve) "
+        "when left out.",
     )
 
 
@@ -181,6 +187,24 @@ class NfsExport(_Model):
         pattern=r"^[A-Za-z0-9_=,:-]+$",
         description="Export options for /etc/exports (root_squash is the default, which is the safe one).",
     )
+
+    @field_validator("path", "mount")
+    @classmethod
+    def _path_in_every_file(cls, value: str | None) -> str | None:
+        # The pattern keeps out what would change a config file's meaning;
+        # this refuses what is legal there but wrong for a share.
+        problem = None if value is None else export_path_problem(value)
+        if problem:
+            raise ValueError(f"{value!r} {problem}")
+        return value
+
+    @field_validator("options")
+    @classmethod
+    def _known_options(cls, value: str) -> str:
+        problem = export_options_problem(value)
+        if problem:
+            raise ValueError(f"{value!r} {problem}; see exports(5)")
+        return value
 
     @property
     def mount_point(self) -> str:
