@@ -72,8 +72,6 @@ def gpu_model_problem(model: str) -> str | None:
     return _pattern_problem(model, GPU_MODEL_PATTERN)
 
 
-
-
 @dataclass(frozen=True)
 class HostRange:
     """One host, or several written as a hostlist pair: ``gpu[01-04]`` at ``10.0.0.[11-14]``."""

@@ -1,0 +1,80 @@
+"""Render the roles' config templates from rendered group_vars, with Ansible's own templating.
+
+What ``ansible.builtin.template`` would write on a node, without a node: the
+variables are the rendered group_vars, the role's defaults and vars (Debian),
+a few facts, and stand-ins for what the role registers on the node (probes).
+Ansible's Templar renders the template, so filters, tests and undefined
+handling are the ones the roles really get.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+
+from gpuclus.render.files import GROUP_VARS_DIR
+
+ROLES = Path(__file__).resolve().parents[2] / "roles"
+
+FACTS: dict[str, Any] = {
+    "os_family": "Debian",
+    "distribution": "Debian",
+    "distribution_major_version": "12",
+    "architecture": "x86_64",
+    "virtualization_type": "none",
+    "virtualization_role": "host",
+    "mounts": [],
+}
+
+
+def group_vars(rendered: dict[str, str]) -> dict[str, Any]:
+    """Every variable of the rendered group_vars files, loaded as Ansible loads them."""
+    loader = DataLoader()
+    merged: dict[str, Any] = {}
+    for path, text in rendered.items():
+        if path.startswith(GROUP_VARS_DIR + "/"):
+            merged.update(loader.load(text) or {})
+    return merged
+
+
+def _role_files(role: str) -> list[Path]:
+    base = ROLES / role
+    return [base / "defaults" / "main.yml", base / "vars" / "main.yml", base / "vars" / "Debian.yml"]
+
+
+def role_variables(role: str, inventory: dict[str, Any], host: str, extra: dict[str, Any]) -> dict[str, Any]:
+    loader = DataLoader()
+    variables: dict[str, Any] = dict(inventory)
+    for path in _role_files(role):
+        if path.exists():
+            # Role defaults and vars are templates Ansible renders lazily, when read.
+            variables.update(_trusted(loader.load_from_file(str(path)) or {}))
+    names = [node["name"] for node in inventory["gpuclus_nodes"]]
+    variables.update(
+        inventory_hostname=host,
+        ansible_facts={**FACTS, "hostname": host},
+        ansible_play_hosts=names,
+        groups={"all": names},
+    )
+    variables.update(extra)
+    return variables
+
+
+def _trusted(value: Any) -> Any:
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, dict):
+        return {key: _trusted(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_trusted(item) for item in value]
+    return value
+
+
+def render(role: str, template: str, inventory: dict[str, Any], host: str, **extra: Any) -> str:
+    """The text ``ansible.builtin.template`` would write from roles/<role>/templates/<template>."""
+    source = (ROLES / role / "templates" / template).read_text()
+    templar = Templar(loader=DataLoader(), variables=role_variables(role, inventory, host, extra))
+    return str(templar.template(trust_as_template(source)))
