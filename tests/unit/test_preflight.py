@@ -14,6 +14,7 @@ from gpuclus.spec.topology import Node, Topology
 from gpuclus.ssh import preflight as preflight_module
 from gpuclus.ssh.client import SshFailure, SshTarget
 from gpuclus.ssh.preflight import (
+    HostKeyCheck,
     NodeReport,
     PreflightCheck,
     install_keys,
@@ -260,9 +261,35 @@ def test_install_keys_names_every_node_that_refused(tmp_path: Path, monkeypatch:
         assert public_key.startswith("ssh-ed25519 ")
 
     monkeypatch.setattr(preflight_module, "install_key", install)
+    key = "AAAAC3NzaC1lZDI1NTE5AAAAIDP8Ibq1N1mCHN5mu4Gjc1o+IFR2VWaqDvqszD7AUitl"
+    StateDir.beside(path).set_known_host_keys(
+        {"10.0.0.10": [f"ssh-ed25519 {key}"], "10.0.0.11": [f"ssh-ed25519 {key}"]}
+    )
+    host_keys = [
+        HostKeyCheck("head", "10.0.0.10", "pinned", "ssh-ed25519", key),
+        HostKeyCheck("gpu01", "10.0.0.11", "pinned", "ssh-ed25519", key),
+        HostKeyCheck("fake01", "10.0.0.12", "mismatch", "ssh-ed25519", key, "10.0.0.12 offers another key"),
+    ]
     done: list[str] = []
-    with pytest.raises(GpuclusError, match=r"on: gpu01: 10\.0\.0\.11: Authentication failed\.") as raised:
-        install_keys(loaded, path, "hunter2", done.append)
+    with pytest.raises(
+        GpuclusError, match=r"on: fake01: 10\.0\.0\.12 offers another key; gpu01: 10\.0\.0\.11: Auth"
+    ) as raised:
+        install_keys(loaded, path, "hunter2", done.append, host_keys)
     assert raised.value.exit_code is ExitCode.UNREACHABLE
-    assert done == ["head", "fake01"]
-    assert installed == [("10.0.0.10", "hunter2"), ("10.0.0.12", "hunter2")]
+    assert done == ["head"]
+    assert installed == [("10.0.0.10", "hunter2")]
+
+
+def test_install_keys_sends_nothing_to_a_host_key_nobody_trusted(tmp_path: Path, monkeypatch: Any) -> None:
+    path, loaded = spec_file(tmp_path)
+    monkeypatch.setattr(preflight_module, "install_key", lambda *args: pytest.fail("the password was sent"))
+    key = "AAAAC3NzaC1lZDI1NTE5AAAAIDP8Ibq1N1mCHN5mu4Gjc1o+IFR2VWaqDvqszD7AUitl"
+    state = StateDir.beside(path)
+    state.ssh_dir.mkdir(parents=True)
+    state.known_hosts.write_text(f"10.0.0.10 ssh-ed25519 {key} gpuclus:first-contact\n")  # learned, never confirmed
+    host_keys = [
+        HostKeyCheck(name, address, "new", "ssh-ed25519", key)
+        for name, address in [("head", "10.0.0.10"), ("gpu01", "10.0.0.11"), ("fake01", "10.0.0.12")]
+    ]
+    with pytest.raises(GpuclusError, match="head: host key not trusted yet, password not sent"):
+        install_keys(loaded, path, "hunter2", lambda node: None, host_keys)

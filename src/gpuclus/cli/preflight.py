@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,7 +13,7 @@ from rich.table import Table
 
 from gpuclus.cli.common import DEFAULT_SPEC, JsonOption, handled, load_checked_spec
 from gpuclus.errors import UsageError
-from gpuclus.output import Output
+from gpuclus.output import Output, plural
 
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim"}
 
@@ -23,7 +24,25 @@ def preflight(
         bool,
         typer.Option(
             "--password",
-            help="Ask for the admin user's SSH password once and install gpuclus' key on every node (ssh-copy-id).",
+            help="Ask for the admin user's SSH password once and install gpuclus' key on every node (ssh-copy-id). "
+            "New host keys are shown first and must be confirmed (or come from --known-hosts).",
+        ),
+    ] = False,
+    known_hosts_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--known-hosts",
+            metavar="FILE",
+            help="With --password: trust the host keys in this OpenSSH known_hosts file (e.g. ssh-keyscan output "
+            "whose fingerprints you checked); a node offering another key is refused.",
+        ),
+    ] = None,
+    accept_new_host_keys: Annotated[
+        bool,
+        typer.Option(
+            "--accept-new-host-keys",
+            help="With --password: trust host keys seen for the first time without asking "
+            "(ssh's StrictHostKeyChecking=accept-new); changed keys are still refused.",
         ),
     ] = False,
     min_disk_gb: Annotated[float, typer.Option("--min-disk-gb", help="Free space needed on / of each node.")] = 10.0,
@@ -38,20 +57,35 @@ def preflight(
     on the PCI bus against the spec (fake GPUs are reported as such). Every
     failure comes with a hint. `gpuclus deploy` runs this first.
 
+    --password reads every node's host key first, without logging in. A key
+    not trusted yet (never seen, or only learned on first contact) is shown
+    as `node (address): ED25519 key SHA256:...` and, in a terminal, the
+    password is sent only once you confirm them all; without a terminal, pass
+    --known-hosts FILE or --accept-new-host-keys. A node whose key differs
+    from .gpuclus/ssh/known_hosts or from FILE gets nothing.
+
     Exit 0 when nothing failed (warnings allowed), 1 when a check failed,
-    4 when a node could not be reached.
+    2 when new host keys were not confirmed (nothing was sent), 4 when a node
+    could not be reached or its host key was refused.
     """
     from gpuclus.ssh.preflight import preflight_exit_code, preflight_spec
 
     out = Output(json_mode=json_mode)
-    with handled(out):
+    extra: dict[str, Any] = {}
+    with handled(out, extra):
+        if not password and (known_hosts_file is not None or accept_new_host_keys):
+            raise UsageError(
+                "--known-hosts and --accept-new-host-keys go with --password",
+                "without --password no password is sent; host keys are learned on first contact",
+            )
         loaded = load_checked_spec(spec, out)
         if password:
-            _bootstrap_keys(loaded, spec, out)
+            _bootstrap_keys(loaded, spec, out, known_hosts_file, accept_new_host_keys, extra)
         reports = preflight_spec(loaded, spec, min_disk_gb)
         code = preflight_exit_code(reports)
         if json_mode:
-            out.emit({"ok": code == 0, "exit_code": int(code), "nodes": [report.as_dict() for report in reports]})
+            payload = {"ok": code == 0, "exit_code": int(code), "nodes": [report.as_dict() for report in reports]}
+            out.emit({**payload, **extra})
         else:
             print_reports(out, reports)
         if code != 0:
@@ -83,12 +117,60 @@ def print_reports(out: Output, reports: list[Any]) -> None:
                     out.out.print(f"    [dim]hint:[/] {escape(check.hint)}")
 
 
-def _bootstrap_keys(loaded: Any, spec: Path, out: Output) -> None:
-    from gpuclus.ssh.preflight import install_keys
+def _stdin_is_terminal() -> bool:
+    return sys.stdin.isatty()
 
+
+def _bootstrap_keys(
+    loaded: Any, spec: Path, out: Output, known_hosts_file: Path | None, accept_new: bool, extra: dict[str, Any]
+) -> None:
+    """Host keys first (shown, confirmed or refused), then the password, sent only to trusted keys."""
+    from gpuclus.ssh.preflight import install_failure, install_keys, pin_host_keys, scan_host_keys
+
+    checks = scan_host_keys(loaded, spec, known_hosts_file)
+    extra["host_keys"] = [check.as_dict() for check in checks]
+    for check in checks:
+        if check.refused:
+            out.warn(f"{check.node}: {check.message}; nothing will be sent to it")
+    if all(check.refused for check in checks):
+        raise install_failure([f"{check.node}: {check.message}" for check in checks], checks)
+    new = [check for check in checks if check.status == "new"]
+    if new:
+        ask = not accept_new and _stdin_is_terminal()
+        # The keys must be seen to be confirmed: on stderr even with --json when asking.
+        show = out.err.print if ask else out.note
+        show(f"{plural(len(new), 'host key')} not trusted yet:")
+        for check in new:
+            seen = f" [dim]({escape(check.message)})[/]" if check.message != "not seen before" else ""
+            show(f"  {escape(check.describe())}{seen}")
+        if accept_new:
+            out.note("trusting them: --accept-new-host-keys")
+        elif not ask:
+            raise UsageError(
+                f"{plural(len(new), 'host key')} to confirm and no terminal to ask in: nothing was sent",
+                "pass --known-hosts FILE (an OpenSSH known_hosts file you prepared, e.g. with ssh-keyscan, its "
+                "fingerprints checked out of band) or --accept-new-host-keys",
+            )
+        elif not _confirm(out, _question(len(new))):
+            raise UsageError(
+                "host keys not trusted: nothing was sent",
+                "check the fingerprints on the nodes' consoles (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub), "
+                "or pass --known-hosts FILE",
+            )
+    pin_host_keys(spec, checks)
     user = loaded.spec.cluster.admin_user
     try:
         secret = getpass.getpass(f"SSH password for {user} on the nodes: ")
     except (EOFError, OSError):
         raise UsageError("--password needs a terminal to ask for the password") from None
-    install_keys(loaded, spec, secret, lambda node: out.note(f"installed gpuclus' key on {escape(node)}"))
+    install_keys(loaded, spec, secret, lambda node: out.note(f"installed gpuclus' key on {escape(node)}"), checks)
+
+
+def _question(count: int) -> str:
+    keys = "this host key" if count == 1 else f"these {count} host keys"
+    return f"Trust {keys} and send the password? [y/N] "
+
+
+def _confirm(out: Output, question: str) -> bool:
+    out.err.print(escape(question), end="")
+    return sys.stdin.readline().strip().lower() in {"y", "yes"}

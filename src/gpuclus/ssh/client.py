@@ -6,13 +6,19 @@ connection from connect() through open_channel()).
 
 Host keys are always checked against gpuclus' known_hosts (RejectPolicy):
 the sandbox records them through the container engine before the first
-connection, and deploy's preflight learns real nodes' keys explicitly.
+connection, and deploy's preflight learns real nodes' keys explicitly
+(marked as learned on first contact, so that `preflight --password` still
+asks before sending a password to them). host_key() reads a server's key
+without logging in, for showing its fingerprint first.
 paramiko is imported lazily: it is slow to import and `--help` need not pay.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import shlex
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +47,62 @@ class SshFailure(GpuclusError):
     """Could not reach or log in to a node; the message says which and why (exit 4)."""
 
     exit_code = ExitCode.UNREACHABLE
+
+
+# The comment that ends a known_hosts line gpuclus learned on first contact
+# (accept-new): the key was never confirmed by anyone, so no password goes to it.
+FIRST_CONTACT = "gpuclus:first-contact"
+
+_KEY_LABELS = {"ssh-ed25519": "ED25519", "ssh-rsa": "RSA", "ssh-dss": "DSA"}
+
+
+def known_hosts_name(address: str, port: int = 22) -> str:
+    """A host's name in known_hosts, as OpenSSH writes it: [address]:port for a port other than 22."""
+    return address if port == 22 else f"[{address}]:{port}"
+
+
+def fingerprint(key_base64: str) -> str:
+    """SHA256:... of a public key blob, as `ssh-keygen -l` and ssh print it."""
+    digest = hashlib.sha256(base64.b64decode(key_base64)).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def key_label(key_type: str) -> str:
+    """ED25519, ECDSA, RSA: a key type as `ssh-keygen -l` names it."""
+    if key_type.startswith("ecdsa-"):
+        return "ECDSA"
+    return _KEY_LABELS.get(key_type, key_type.upper())
+
+
+def host_key(target: SshTarget, timeout: float = 10.0, prefer: str | None = None) -> tuple[str, str]:
+    """The key type and base64 blob a server offers, read without logging in (nothing is sent but the key exchange).
+
+    prefer: ask for this key type first (the one a known_hosts file holds for
+    the host), as paramiko's client does when it connects.
+    """
+    import paramiko
+
+    try:
+        sock = socket.create_connection((target.address, target.port), timeout=timeout)
+    except OSError as exc:
+        raise SshFailure(f"{target.address}:{target.port}: {exc.strerror or exc}") from None
+    transport = paramiko.Transport(sock)
+    try:
+        transport.banner_timeout = timeout
+        if prefer is not None:
+            options = transport.get_security_options()
+            wanted = ["rsa-sha2-512", "rsa-sha2-256"] if prefer == "ssh-rsa" else [prefer]
+            offered = list(options.key_types)
+            options.key_types = [*[t for t in wanted if t in offered], *[t for t in offered if t not in wanted]]
+        transport.start_client(timeout=timeout)
+        key = transport.get_remote_server_key()
+        return str(key.get_name()), str(key.get_base64())
+    except (paramiko.SSHException, EOFError) as exc:
+        raise SshFailure(f"{target.address}: {str(exc) or type(exc).__name__}") from None
+    except OSError as exc:
+        raise SshFailure(f"{target.address}:{target.port}: {exc.strerror or exc}") from None
+    finally:
+        transport.close()
 
 
 def connect(target: SshTarget, timeout: float = 10.0, *, accept_new: bool = False, password: str | None = None) -> Any:
@@ -93,7 +155,7 @@ def _accept_new_policy(known_hosts: Path) -> Any:
         def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
             client.get_host_keys().add(hostname, key.get_name(), key)
             known_hosts.parent.mkdir(parents=True, exist_ok=True)
-            line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+            line = f"{hostname} {key.get_name()} {key.get_base64()} {FIRST_CONTACT}\n"
             with known_hosts.open("a") as stream:
                 stream.write(line)
             known_hosts.chmod(0o600)
@@ -102,8 +164,12 @@ def _accept_new_policy(known_hosts: Path) -> Any:
 
 
 def install_key(target: SshTarget, password: str, public_key: str) -> None:
-    """Log in with a password once and add gpuclus' public key to authorized_keys (like ssh-copy-id)."""
-    client = connect(target, accept_new=True, password=password)
+    """Log in with a password once and add gpuclus' public key to authorized_keys (like ssh-copy-id).
+
+    The host's key must already be in gpuclus' known_hosts (RejectPolicy): a
+    password never goes to a host whose key nobody trusted.
+    """
+    client = connect(target, password=password)
     try:
         quoted = shlex.quote(public_key)
         result = run(
