@@ -20,7 +20,7 @@ from gpuclus.deploy import pipeline, records
 from gpuclus.deploy.events import Event, EventTranslator, PhaseStarted
 from gpuclus.deploy.last_applied import read_last_applied
 from gpuclus.deploy.phases import PhaseChoice
-from gpuclus.deploy.runner import RunOutcome
+from gpuclus.deploy.runner import RunOutcome, RunTerminated
 from gpuclus.deploy.workspace import RunConfig
 from gpuclus.errors import ExitCode, UsageError
 from gpuclus.spec.load import LoadedSpec, load_spec
@@ -41,16 +41,20 @@ class FakeRun:
         self.status, self.rc = status, rc
         self.cancelled = threading.Event()
         self.outcome: RunOutcome | None = None
+        self.closed = False  # the events ended, also when the consumer raised (DeployRun cleans up then)
 
     def events(self) -> Iterator[Event]:
         translator = EventTranslator()
-        for line in (FIXTURES / "events" / f"{self.stream}.jsonl").read_text().splitlines():
-            if self.cancelled.is_set():
-                break
-            event = translator.translate(json.loads(line))
-            if event is not None:
-                yield event
-        self.outcome = RunOutcome("canceled" if self.cancelled.is_set() else self.status, self.rc)
+        try:
+            for line in (FIXTURES / "events" / f"{self.stream}.jsonl").read_text().splitlines():
+                if self.cancelled.is_set():
+                    break
+                event = translator.translate(json.loads(line))
+                if event is not None:
+                    yield event
+            self.outcome = RunOutcome("canceled" if self.cancelled.is_set() else self.status, self.rc)
+        finally:
+            self.closed = True
 
     def cancel(self) -> None:
         self.cancelled.set()
@@ -66,9 +70,12 @@ class Runs:
         self.stream, self.status, self.rc = stream, status, rc
         self.configs: list[RunConfig] = []
 
+        self.runs: list[FakeRun] = []
+
     def __call__(self, config: RunConfig) -> FakeRun:
         self.configs.append(config)
-        return FakeRun(config, self.stream, self.status, self.rc)
+        self.runs.append(FakeRun(config, self.stream, self.status, self.rc))
+        return self.runs[-1]
 
 
 class Preflight:
@@ -240,6 +247,41 @@ def test_cancelling_the_run_exits_interrupted(spec: Path, loaded: LoadedSpec) ->
     )
     assert result.record.status == "interrupted"
     assert result.exit_code is ExitCode.INTERRUPTED
+
+
+class RaisingObserver(Observer):
+    """An observer that raises at the first phase (Ctrl-C or SIGTERM without a graceful cancel, or a bug)."""
+
+    def __init__(self, problem: BaseException) -> None:
+        super().__init__()
+        self.problem = problem
+
+    def event(self, event: Event) -> None:
+        if isinstance(event, PhaseStarted):
+            raise self.problem
+
+
+@pytest.mark.parametrize(
+    ("problem", "status", "error"),
+    [
+        (KeyboardInterrupt(), "interrupted", "interrupted (Ctrl-C)"),
+        (RunTerminated("terminated (SIGTERM)"), "interrupted", "terminated (SIGTERM)"),
+        (RuntimeError("module data"), "failed", "RuntimeError in gpuclus"),
+    ],
+    ids=["ctrl-c", "sigterm", "bug"],
+)
+def test_an_exception_during_the_run_closes_it_and_records_how_it_ended(
+    spec: Path, loaded: LoadedSpec, problem: BaseException, status: str, error: str
+) -> None:
+    runs = Runs()
+    request = pipeline.DeployRequest(spec_path=spec, preflight=False)
+    with pytest.raises(type(problem)):
+        pipeline.deploy(request, loaded, RaisingObserver(problem), start_run=runs)
+    (run,) = runs.runs
+    assert run.closed  # DeployRun's cleanup ran before the record was written
+    (saved,) = records.list_records(StateDir.beside(spec))
+    assert (saved.status, saved.error) == (status, error)
+    assert saved.finished_at is not None
 
 
 def test_old_records_are_pruned_unless_keep_is_none(spec: Path, loaded: LoadedSpec) -> None:

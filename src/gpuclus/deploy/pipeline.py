@@ -313,9 +313,26 @@ def execute(
     run = (start_run or DeployRun)(prepared.config)
     builder = records.RecordBuilder(prepared.record)
     on_start(run)
-    for event in run.events():
-        builder.add(event)
-        on_event(event)
+    events = run.events()
+    try:
+        for event in events:
+            builder.add(event)
+            on_event(event)
+    except BaseException as problem:
+        # Ctrl-C or SIGTERM without a graceful cancel, or a bug: close the run
+        # first (DeployRun stops Ansible and removes its artifacts), then say
+        # in the record how it ended instead of leaving it "running".
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
+        interrupted = isinstance(problem, KeyboardInterrupt)
+        record = builder.finish("interrupted" if interrupted else "failed", None)
+        # Only the exception's type for a bug: its text might quote module data.
+        record.error = (
+            (str(problem) or "interrupted (Ctrl-C)") if interrupted else f"{type(problem).__name__} in gpuclus"
+        )
+        record.save(prepared.config.run_dir)
+        raise
     outcome = run.outcome
     assert outcome is not None
     record = builder.finish(_status(outcome.status, builder.record, run.cancelled.is_set()), outcome.rc)
