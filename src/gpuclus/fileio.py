@@ -1,10 +1,76 @@
-"""Writing files so that a crash never leaves one half-written."""
+"""Reading and writing files the user names, safely.
+
+Reading: only regular files, and never more than a limit, whatever the file
+claims to be (a device or a FIFO never ends; /proc files say their size is 0).
+Writing: to a temporary file, then a rename over the target, so a crash never
+leaves a file half-written.
+"""
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _kind(mode: int) -> str:
+    """What a non-regular file is, in words that fit 'PATH is ...'."""
+    return next((words for test, words in _KINDS if test(mode)), "not a regular file")
+
+
+class NotRegularFileError(Exception):
+    """The path names a directory, device, FIFO or socket, not a regular file."""
+
+    def __init__(self, path: Path, mode: int) -> None:
+        self.kind = _kind(mode)
+        self.is_directory = stat.S_ISDIR(mode)
+        super().__init__(f"{path} is {self.kind}")
+
+
+class FileTooLargeError(Exception):
+    """The file holds more than ``limit`` bytes; ``size`` is its st_size when that says so, else None."""
+
+    def __init__(self, path: Path, limit: int, size: int | None) -> None:
+        self.limit = limit
+        self.size = size
+        super().__init__(f"{path} holds more than {limit} bytes")
+
+
+def read_regular_file(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path`` (symlinks followed), at most ``limit`` of them.
+
+    Raises NotRegularFileError, FileTooLargeError, or the OSError of the
+    failed stat, open or read (FileNotFoundError, PermissionError, ...).
+    """
+    # The type is checked before opening: opening a FIFO waits for a writer,
+    # and opening some devices (a tape, a serial line) does something.
+    _require_regular(path, path.stat().st_mode)
+    # O_NONBLOCK: should a FIFO be put in its place since the stat, open
+    # returns at once and the fstat below refuses it.
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK)
+    with os.fdopen(descriptor, "rb") as stream:
+        status = os.fstat(stream.fileno())
+        _require_regular(path, status.st_mode)
+        # One byte past the limit tells "at the limit" from "over it"; the size
+        # the file claims is only for the message.
+        data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise FileTooLargeError(path, limit, status.st_size if status.st_size > limit else None)
+    return data
+
+
+def _require_regular(path: Path, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        raise NotRegularFileError(path, mode)
 
 
 def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuclus.errors import UsageError
+from gpuclus.fileio import FileTooLargeError, NotRegularFileError, read_regular_file
 from gpuclus.initspec.draft import HostRange, node_name_problem
-from gpuclus.spec.checks import address_problem
+from gpuclus.spec.grammar import address_problem
 
 # /etc/hosts is a few kilobytes even for large sites; refuse the wrong file early.
 MAX_HOSTS_FILE_BYTES = 2 * 1024 * 1024
@@ -29,6 +30,7 @@ MAX_HOSTS_FILE_BYTES = 2 * 1024 * 1024
 _SPECIAL_NAME = re.compile(r"^(localhost[46]?(\..*)?|ip6-.*|broadcasthost)$")
 _ADDRESS_ATTEMPT = re.compile(r"^[0-9.]+$|:")
 
+_PASS_A_HOSTS_FILE = "pass /etc/hosts or a list with one host per line"
 FORMAT_HINT = "write 'ADDRESS NAME [ALIASES...]' (as in /etc/hosts), 'NAME ADDRESS' or 'NAME'"
 
 
@@ -174,22 +176,28 @@ def _node_name(token: str, where: str) -> str:
 
 def read_hosts_file(path: Path) -> HostsFile:
     """Read and parse ``path``; every way it can fail is a UsageError (exit 2)."""
-    try:
-        if path.is_dir():
-            raise UsageError(f"{path}: is a directory, not a hosts file", "pass a file such as /etc/hosts")
-        if path.stat().st_size > MAX_HOSTS_FILE_BYTES:
-            raise UsageError(
-                f"{path}: far too large for a hosts file", "pass /etc/hosts or a list with one host per line"
-            )
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file", "pass /etc/hosts or a list with one host per line") from None
-    except PermissionError:
-        raise UsageError(f"{path}: permission denied", "run as a user who can read it") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
+    raw = _read_hosts_bytes(path)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UsageError(f"{path}: not UTF-8 text (bad byte at offset {exc.start})", "pass a text file") from None
     return parse_hosts_text(text, str(path))
+
+
+def _read_hosts_bytes(path: Path) -> bytes:
+    """The file's bytes; only a regular file of at most MAX_HOSTS_FILE_BYTES is read."""
+    try:
+        return read_regular_file(path, MAX_HOSTS_FILE_BYTES)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file", _PASS_A_HOSTS_FILE) from None
+    except NotRegularFileError as exc:
+        raise UsageError(f"{path}: is {exc.kind}, not a hosts file", _PASS_A_HOSTS_FILE) from None
+    except FileTooLargeError:
+        raise UsageError(
+            f"{path}: over {MAX_HOSTS_FILE_BYTES // (1024 * 1024)} MiB, far too large for a hosts file",
+            _PASS_A_HOSTS_FILE,
+        ) from None
+    except PermissionError:
+        raise UsageError(f"{path}: permission denied", "run as a user who can read it") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror}") from None

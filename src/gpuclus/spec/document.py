@@ -15,11 +15,13 @@ from typing import Any
 
 import yaml
 
+from gpuclus.fileio import FileTooLargeError, NotRegularFileError, read_regular_file
 from gpuclus.spec.findings import Finding, Loc, error
 
 # A real spec is a few kilobytes even for a thousand nodes written out one per
 # entry; anything far bigger is the wrong file, and we refuse before parsing.
 MAX_SPEC_BYTES = 2 * 1024 * 1024
+_MIB_LIMIT = MAX_SPEC_BYTES // (1024 * 1024)
 
 
 class SpecFileError(Exception):
@@ -88,29 +90,7 @@ class SpecDocument:
 
 def read_spec_text(path: Path) -> str:
     """Read the file, turning every way it can fail into a SpecFileError."""
-    if not path.exists():
-        raise SpecFileError(
-            f"{path}: no such file",
-            "create one with `gpuclus init`, or pass the path of your spec",
-            usage=True,
-        )
-    if path.is_dir():
-        raise SpecFileError(f"{path}: is a directory, not a spec file", "pass the YAML file itself", usage=True)
-    try:
-        size = path.stat().st_size
-        if size > MAX_SPEC_BYTES:
-            raise SpecFileError(
-                f"{path}: {size / 1e6:.1f} MB is far too large for a cluster spec "
-                f"(limit {MAX_SPEC_BYTES // (1024 * 1024)} MiB)",
-                "a spec is a few KB; use hostlist ranges like gpu[01-64] instead of listing nodes, "
-                "or check that this is the right file",
-                usage=False,
-            )
-        raw = path.read_bytes()
-    except PermissionError:
-        raise SpecFileError(f"{path}: permission denied", "run as a user who can read it", usage=True) from None
-    except OSError as exc:
-        raise SpecFileError(f"{path}: cannot read: {exc.strerror}", None, usage=True) from None
+    raw = _read_spec_bytes(path)
     if b"\x00" in raw:
         raise SpecFileError(f"{path}: binary data, not a YAML text file", "pass the cluster spec (YAML)", usage=False)
     try:
@@ -121,6 +101,38 @@ def read_spec_text(path: Path) -> str:
             "save the spec as UTF-8",
             usage=False,
         ) from None
+
+
+def _read_spec_bytes(path: Path) -> bytes:
+    """The file's bytes; only a regular file of at most MAX_SPEC_BYTES is read."""
+    try:
+        return read_regular_file(path, MAX_SPEC_BYTES)
+    except FileNotFoundError:
+        raise SpecFileError(
+            f"{path}: no such file",
+            "create one with `gpuclus init`, or pass the path of your spec",
+            usage=True,
+        ) from None
+    except NotRegularFileError as exc:
+        if exc.is_directory:
+            raise SpecFileError(
+                f"{path}: is a directory, not a spec file", "pass the YAML file itself", usage=True
+            ) from None
+        raise SpecFileError(
+            f"{path}: is {exc.kind}, not a YAML text file", "pass the cluster spec (a regular YAML file)", usage=False
+        ) from None
+    except FileTooLargeError as exc:
+        size = f"{exc.size / 1e6:.1f} MB is" if exc.size is not None else f"over {_MIB_LIMIT} MiB is"
+        raise SpecFileError(
+            f"{path}: {size} far too large for a cluster spec (limit {_MIB_LIMIT} MiB)",
+            "a spec is a few KB; use hostlist ranges like gpu[01-64] instead of listing nodes, "
+            "or check that this is the right file",
+            usage=False,
+        ) from None
+    except PermissionError:
+        raise SpecFileError(f"{path}: permission denied", "run as a user who can read it", usage=True) from None
+    except OSError as exc:
+        raise SpecFileError(f"{path}: cannot read: {exc.strerror}", None, usage=True) from None
 
 
 class _SpecLoader(yaml.SafeLoader):
