@@ -3,7 +3,8 @@
 Reading: only regular files, and never more than a limit, whatever the file
 claims to be (a device or a FIFO never ends; /proc files say their size is 0).
 Writing: to a temporary file, then a rename over the target, so a crash never
-leaves a file half-written.
+leaves a file half-written; and never over something that is not a regular
+file, since a rename would silently swap a device or a FIFO for a file.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+
+from gpuclus.errors import UsageError
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -73,9 +76,67 @@ def _require_regular(path: Path, mode: int) -> None:
         raise NotRegularFileError(path, mode)
 
 
-def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write to a temporary file beside ``path``, fsync, then rename over it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def refuse_non_regular_target(path: Path) -> None:
+    """Raise UsageError when ``path`` exists and is not a regular file.
+
+    A symlink is judged by what it points to (a file written in gpuclus' own
+    directories may be one); the outputs the user names are held to the
+    stricter check_output_path.
+    """
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        raise UsageError(
+            f"{path} is {_kind(mode)}, not a regular file; not replacing it",
+            "write to a regular file or a new name: gpuclus replaces only regular files",
+        )
+
+
+def check_output_path(path: Path) -> None:
+    """Raise UsageError unless ``path`` can be written as a file the user asked for.
+
+    Its directory must exist (a typo in a path should not create a tree of
+    directories), and anything already there must be a regular file.
+    """
+    directory = path.parent
+    if not directory.is_dir():
+        problem = "not a directory" if directory.exists() else "no such directory"
+        raise UsageError(
+            f"{directory}: {problem}; not writing {path.name} there",
+            f"create it first (mkdir -p {directory}), or write to another path",
+        )
+    _refuse_symlink(path)
+    refuse_non_regular_target(path)
+
+
+def _refuse_symlink(path: Path) -> None:
+    # The rename would replace the link, not the file it points to, and a link
+    # to a regular file can still be a system one: /dev/stdout is a link to
+    # /proc/self/fd/1, a regular file whenever stdout is redirected to one.
+    if path.is_symlink():
+        raise UsageError(
+            f"{path} is a symbolic link; not replacing it",
+            f"write to the file it points to ({os.path.realpath(path)}), or remove the link first",
+        )
+
+
+def write_output_file(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write a file the user named on the command line (-o FILE): checked, then atomic."""
+    check_output_path(path)
+    write_text_atomic(path, text, mode, make_parents=False)
+
+
+def write_text_atomic(path: Path, text: str, mode: int = 0o644, *, make_parents: bool = True) -> None:
+    """Write to a temporary file beside ``path``, fsync, then rename over it.
+
+    Raises UsageError, having written nothing, when ``path`` is not a regular
+    file (see refuse_non_regular_target).
+    """
+    refuse_non_regular_target(path)
+    if make_parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:

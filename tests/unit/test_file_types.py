@@ -15,18 +15,26 @@ from __future__ import annotations
 import os
 import resource
 import socket
+import stat
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
+from gpuclus.cli.main import app
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="uses Linux devices, FIFOs and RLIMIT_AS")
 
 MAX_BYTES = 2 * 1024 * 1024
 CHILD_MEMORY = 1 << 30
 CHILD_TIMEOUT_S = 20
+
+INIT_FLAGS = ["--name", "lab", "--admin-user", "ubuntu", "--controller", "head=10.0.0.10", "--gpus-per-node", "1"]
+
+runner = CliRunner()
 
 
 def _limit_memory() -> None:
@@ -120,3 +128,117 @@ def test_init_from_hosts_refuses_a_socket(unix_socket: Path) -> None:
     result = gpuclus("init", "--from-hosts", str(unix_socket), "-o", str(unix_socket.parent / "cluster.yaml"))
     assert result.returncode == 2, result.stderr[-600:]
     assert "socket" in result.stderr
+
+
+# -- outputs ----------------------------------------------------------------------------------------
+
+
+def _init_to(output: Path, *extra: str) -> tuple[int, str]:
+    result = runner.invoke(app, ["init", *INIT_FLAGS, "-o", str(output), *extra])
+    return result.exit_code, result.stderr
+
+
+def test_init_never_replaces_a_fifo_even_with_force(tmp_path: Path) -> None:
+    fifo = _fifo(tmp_path)
+    code, stderr = _init_to(fifo, "--force")
+    assert code == 2, stderr
+    assert "FIFO" in stderr and "not a regular file" in stderr
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_init_never_replaces_a_socket_even_with_force(unix_socket: Path) -> None:
+    code, stderr = _init_to(unix_socket, "--force")
+    assert code == 2, stderr
+    assert "socket" in stderr
+    assert stat.S_ISSOCK(unix_socket.lstat().st_mode)
+
+
+def test_init_never_replaces_a_directory_even_with_force(tmp_path: Path) -> None:
+    directory = tmp_path / "cluster.yaml"
+    directory.mkdir()
+    code, stderr = _init_to(directory, "--force")
+    assert code == 2, stderr
+    assert "directory" in stderr
+    assert directory.is_dir()
+
+
+def test_init_never_replaces_a_symlink_to_a_fifo(tmp_path: Path) -> None:
+    fifo = _fifo(tmp_path)
+    link = tmp_path / "cluster.yaml"
+    link.symlink_to(fifo)
+    code, stderr = _init_to(link, "--force")
+    assert code == 2, stderr
+    assert "symbolic link" in stderr
+    assert link.is_symlink() and stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_init_never_replaces_a_symlink_even_to_a_regular_file(tmp_path: Path) -> None:
+    # The rename would replace the link, not the file: /dev/stdout is such a
+    # link (to /proc/self/fd/1) whenever stdout is redirected to a file.
+    target = tmp_path / "elsewhere.yaml"
+    target.write_text("mine\n")
+    link = tmp_path / "cluster.yaml"
+    link.symlink_to(target)
+    code, stderr = _init_to(link, "--force")
+    assert code == 2, stderr
+    assert "symbolic link" in stderr and str(target) in stderr
+    assert link.is_symlink() and target.read_text() == "mine\n"
+
+
+def test_init_never_replaces_a_dangling_symlink(tmp_path: Path) -> None:
+    link = tmp_path / "cluster.yaml"
+    link.symlink_to(tmp_path / "gone")
+    code, stderr = _init_to(link)
+    assert code == 2, stderr
+    assert "symbolic link" in stderr
+    assert link.is_symlink() and not (tmp_path / "gone").exists()
+
+
+def test_init_refuses_an_output_directory_that_does_not_exist(tmp_path: Path) -> None:
+    output = tmp_path / "no" / "such" / "cluster.yaml"
+    code, stderr = _init_to(output)
+    assert code == 2, stderr
+    assert f"{tmp_path / 'no' / 'such'}: no such directory" in stderr
+    assert "mkdir -p" in stderr
+    assert not (tmp_path / "no").exists()
+
+
+def test_init_refuses_an_output_under_a_file(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_text("x\n")
+    code, stderr = _init_to(tmp_path / "plain" / "cluster.yaml")
+    assert code == 2, stderr
+    assert "not a directory" in stderr
+    assert (tmp_path / "plain").read_text() == "x\n"
+
+
+def test_init_refuses_a_bad_output_before_asking_anything(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["init", "--wizard", "-o", str(tmp_path / "no" / "cluster.yaml")], input="")
+    assert result.exit_code == 2, result.stderr
+    assert "no such directory" in result.stderr
+    assert "?" not in result.stderr  # no question was asked
+
+
+def test_spec_schema_never_replaces_a_fifo(tmp_path: Path) -> None:
+    fifo = _fifo(tmp_path)
+    result = runner.invoke(app, ["spec", "schema", "-o", str(fifo)])
+    assert result.exit_code == 2, result.stderr
+    assert "FIFO" in result.stderr
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_spec_schema_never_replaces_a_symlink(tmp_path: Path) -> None:
+    target = tmp_path / "stdout"
+    target.write_text("log\n")
+    link = tmp_path / "schema.json"
+    link.symlink_to(target)
+    result = runner.invoke(app, ["spec", "schema", "-o", str(link)])
+    assert result.exit_code == 2, result.stderr
+    assert "symbolic link" in result.stderr
+    assert link.is_symlink() and target.read_text() == "log\n"
+
+
+def test_spec_schema_refuses_an_output_directory_that_does_not_exist(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["spec", "schema", "-o", str(tmp_path / "no" / "schema.json")])
+    assert result.exit_code == 2, result.stderr
+    assert "no such directory" in result.stderr
+    assert not (tmp_path / "no").exists()

@@ -120,6 +120,7 @@ def test_flags_write_a_valid_commented_spec(tmp_path: Path) -> None:
 
 def test_defaults_name_from_directory_user_from_environment_and_gpu_note(tmp_path: Path) -> None:
     output = tmp_path / "dl-lab" / "cluster.yaml"
+    output.parent.mkdir()
     code, _, stderr = invoke(
         ["--controller", "head=10.0.0.10", "--compute", "gpu01=10.0.0.11", "-o", str(output)],
         env={"SUDO_USER": "alice", "USER": "root"},

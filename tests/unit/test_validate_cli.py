@@ -8,6 +8,8 @@ No network: the SSH connection is replaced in gpuclus.validate.runner
 from __future__ import annotations
 
 import json
+import os
+import stat
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -346,6 +348,19 @@ def test_junit_into_a_missing_directory_is_refused_before_anything_runs(tmp_path
     result = validate(str(spec_file(tmp_path)), "--junit", str(tmp_path / "no-such-dir" / "validate.xml"))
     assert result.exit_code == 2, result.output
     assert "no directory" in result.stderr
+    assert session.remote.matching("scontrol") == []
+
+
+def test_junit_onto_a_fifo_or_a_symlink_is_refused_before_anything_runs(tmp_path: Path, session: Session) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    link = tmp_path / "stdout"
+    link.symlink_to(spec_file(tmp_path))
+    for target, words in ((fifo, "FIFO"), (link, "symbolic link")):
+        result = validate(str(spec_file(tmp_path)), "--junit", str(target))
+        assert result.exit_code == 2, result.output
+        assert words in result.stderr
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and link.is_symlink()
     assert session.remote.matching("scontrol") == []
 
 

@@ -87,7 +87,9 @@ def init(
             show_default=False,
         ),
     ] = None,
-    output: Annotated[Path, typer.Option("-o", "--output", help="Where to write the spec.")] = DEFAULT_SPEC,
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Where to write the spec; its directory must exist.")
+    ] = DEFAULT_SPEC,
     force: Annotated[bool, typer.Option("--force", help="Overwrite the output file if it exists.")] = False,
     wizard: Annotated[
         bool | None,
@@ -110,7 +112,7 @@ def init(
 
       gpuclus init --controller head=10.0.0.10 --compute 'gpu[01-04]=10.0.0.[11-14]' --gpus-per-node 8
 
-      gpuclus init --from-hosts /etc/hosts --gpus-per-node 4 -o lab/cluster.yaml
+      mkdir lab && gpuclus init --from-hosts /etc/hosts --gpus-per-node 4 -o lab/cluster.yaml
 
       gpuclus init --controller ws=192.168.1.20 --gpus-per-node 2   (one machine does everything)
     """
@@ -150,8 +152,11 @@ def _init(
     wizard: bool | None,
 ) -> None:
     from gpuclus import initspec
+    from gpuclus.fileio import check_output_path, write_output_file
 
     # Refuse before asking anything: answering ten questions to be told "exists" is no fun.
+    # The type comes first: --force cannot help with a FIFO or a missing directory.
+    check_output_path(output)
     require_absent_or_force(output, force, "cluster spec")
     node_flags = controller is not None or bool(compute) or from_hosts is not None
     if wizard and node_flags:
@@ -182,9 +187,7 @@ def _init(
     text = initspec.render_spec(draft)
     _check_before_writing(out, extra, text, output)
     require_absent_or_force(output, force, "cluster spec")
-    from gpuclus.fileio import write_text_atomic
-
-    write_text_atomic(output, text)
+    write_output_file(output, text)
     _report(out, output, draft)
 
 

@@ -92,9 +92,9 @@ def schema(
         if output is None:
             out.raw(text)
             return
-        from gpuclus.fileio import write_text_atomic
+        from gpuclus.fileio import write_output_file
 
-        write_text_atomic(output, text)
+        write_output_file(output, text)
         if json_mode:
             out.emit({"ok": True, "file": str(output)})
         else:

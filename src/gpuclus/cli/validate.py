@@ -109,6 +109,11 @@ def validate(
         chosen = select(checks, depth, _split(only))
         if junit is not None and not junit.parent.is_dir():
             raise UsageError(f"--junit {junit}: no directory {junit.parent}", "create it, or write the file elsewhere")
+        if junit is not None:
+            from gpuclus.fileio import check_output_path
+
+            # Before the run, not after it: a FIFO, a device or a link (/dev/stdout) is never replaced.
+            check_output_path(junit)
         loaded = load_checked_spec(spec, out)
         selected = _selected_nodes(loaded.topology, nodes)
         report = _run(out, spec, loaded, chosen, depth, selected, container_image)
