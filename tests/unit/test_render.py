@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -614,6 +615,14 @@ def test_manifest_is_only_trusted_inside_the_output_directory(tmp_path: Path) ->
         write_rendered(out, rendered("minimal"))
     write_rendered(out, rendered("minimal"), force=True)
     assert victim.read_text() == "keep me\n"
+
+
+def test_a_manifest_that_is_a_fifo_is_refused_without_reading_it(tmp_path: Path) -> None:
+    # An unbounded read of a FIFO never returns.
+    os.mkfifo(tmp_path / MANIFEST_NAME)
+    with pytest.raises(UsageError, match="not a manifest gpuclus can read"):
+        write_rendered(tmp_path, rendered("minimal"))
+    assert stat.S_ISFIFO((tmp_path / MANIFEST_NAME).stat().st_mode)
 
 
 def test_output_path_that_is_a_file_is_refused(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -587,3 +588,14 @@ def test_status_reports_missing_nodes(tmp_path: Path, as_root: None, fake: FakeE
     assert nodes["sandbox-gpu01"]["state"] == "missing"
     assert nodes["sandbox-gpu01"]["ssh"] is None
     assert nodes["sandbox-head"]["ssh"] is True
+
+
+def test_up_refuses_a_spec_path_that_is_not_a_regular_file(tmp_path: Path, as_root: None, fake: FakeEngine) -> None:
+    # up reads the spec back and rewrites it: a FIFO there used to hang the read.
+    fifo = tmp_path / "sandbox.yaml"
+    os.mkfifo(fifo)
+    result = invoke("up", "--spec", str(fifo))
+    assert result.exit_code == 2, result.output
+    assert "not a regular file" in result.stderr
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    assert not [call for call in fake.calls() if call[0] == "run" or call[1:2] in (["create"], ["rm"])]

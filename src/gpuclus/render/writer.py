@@ -21,10 +21,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gpuclus.errors import UsageError
-from gpuclus.fileio import write_text_atomic
+from gpuclus.fileio import FileTooLargeError, NotRegularFileError, read_regular_file, write_text_atomic
 
 MANIFEST_NAME = ".gpuclus-render.json"
 MANIFEST_FORMAT = 1
+# A manifest lists a handful of paths and digests; anything much larger is not one.
+MAX_MANIFEST_BYTES = 1024 * 1024
 
 
 class FileStatus(enum.StrEnum):
@@ -171,7 +173,8 @@ def _read_manifest(output_dir: Path, *, force: bool) -> dict[str, str]:
     if not manifest.exists():
         return {}
     try:
-        data: Any = json.loads(manifest.read_text(encoding="utf-8"))
+        # A FIFO or device in its place would hang an unbounded read.
+        data: Any = json.loads(read_regular_file(manifest, MAX_MANIFEST_BYTES).decode("utf-8"))
         recorded = data["files"]
         if data.get("format") != MANIFEST_FORMAT or not isinstance(recorded, dict):
             raise ValueError("unknown manifest format")
@@ -179,7 +182,16 @@ def _read_manifest(output_dir: Path, *, force: bool) -> dict[str, str]:
             _check_relative(path, "manifest")
             if not isinstance(digest, str):
                 raise ValueError("digest is not text")
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as problem:
+    except (
+        OSError,
+        NotRegularFileError,
+        FileTooLargeError,
+        UnicodeDecodeError,
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+    ) as problem:
         if force:
             return {}
         raise UsageError(

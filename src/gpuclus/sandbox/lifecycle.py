@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuclus.fileio import write_text_atomic
+from gpuclus.fileio import FileTooLargeError, read_regular_file, refuse_non_regular_target, write_text_atomic
 from gpuclus.sandbox import hostprep
 from gpuclus.sandbox.aptsources import check_mirror
 from gpuclus.sandbox.engine import Engine, SandboxError, docker_engine, podman_engine
@@ -74,6 +74,15 @@ class UpOptions:
     mirror: str | None = None  # None: the host's own Debian mirror
 
 
+def _holds(path: Path, text: str) -> bool:
+    """True when the regular file ``path`` holds exactly ``text`` (read no further than that)."""
+    wanted = text.encode()
+    try:
+        return read_regular_file(path, len(wanted)) == wanted
+    except (FileNotFoundError, FileTooLargeError):
+        return False
+
+
 def up(options: UpOptions, say: Say) -> UpResult:
     started = time.monotonic()
     # Bad options are refused before anything touches the host (an engine
@@ -83,6 +92,9 @@ def up(options: UpOptions, say: Say) -> UpResult:
         pick_subnet(options.subnet, [])
     if options.mirror is not None:
         check_mirror(options.mirror)
+    # The spec is read back and rewritten below: a device or FIFO in its
+    # place would hang the read or be replaced by a file.
+    refuse_non_regular_target(options.spec_path)
     hostprep.require_root()
     # A host with no Debian mirror to build from is refused before an engine is installed.
     recipe = host_recipe(mirror=options.mirror)
@@ -151,7 +163,7 @@ def up(options: UpOptions, say: Say) -> UpResult:
         state.set_known_host_keys({node.address: [host_keys[node.name]] for node in to_configure})
 
     spec_text = _spec_text(layout)
-    if not options.spec_path.exists() or options.spec_path.read_text() != spec_text:
+    if not _holds(options.spec_path, spec_text):
         write_text_atomic(options.spec_path, spec_text)
         changed = True
 
