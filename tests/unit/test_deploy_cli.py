@@ -264,7 +264,7 @@ def test_every_node_failing_preflight_exits_two(tmp_path: Path, preflight: FakeP
         *[unreachable(f"gpu0{i}", f"172.28.0.1{i}") for i in (1, 2)],
     ]
     result = deploy(str(spec))
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 4, result.output  # as `gpuclus preflight` exits for them
     stderr = " ".join(result.stderr.split())
     assert "leaving out head, gpu01, gpu02: preflight failed" in stderr
     assert "no node is left to deploy to" in stderr
@@ -280,8 +280,9 @@ def test_every_node_failing_preflight_in_json_mode_says_why(tmp_path: Path, pref
         *[unreachable(f"gpu0{i}", f"172.28.0.1{i}") for i in (1, 2)],
     ]
     result = deploy(str(spec), "--json")
-    assert result.exit_code == 2
+    assert result.exit_code == 4
     payload = json.loads(result.stdout)
+    assert payload["error"]["exit_code"] == 4
     assert payload["error"]["hint"] or "Authentication failed." in result.stdout
 
 

@@ -22,7 +22,7 @@ from gpuclus.deploy.last_applied import read_last_applied
 from gpuclus.deploy.phases import PhaseChoice
 from gpuclus.deploy.runner import RunOutcome, RunTerminated
 from gpuclus.deploy.workspace import RunConfig
-from gpuclus.errors import ExitCode, UsageError
+from gpuclus.errors import ExitCode, GpuclusError, UsageError
 from gpuclus.spec.load import LoadedSpec, load_spec
 from gpuclus.ssh.preflight import NodeReport, PreflightCheck
 from gpuclus.state import StateDir
@@ -218,7 +218,7 @@ def test_bad_options_fail_before_preflight_and_before_any_file(
 def test_every_node_failing_preflight_stops_before_a_run(spec: Path, loaded: LoadedSpec) -> None:
     down = PreflightCheck("ssh", "fail", "No route to host")
     runs = Runs()
-    with pytest.raises(UsageError, match="no node is left to deploy to"):
+    with pytest.raises(GpuclusError, match="no node is left to deploy to") as raised:
         pipeline.deploy(
             pipeline.DeployRequest(spec_path=spec),
             loaded,
@@ -226,6 +226,7 @@ def test_every_node_failing_preflight_stops_before_a_run(spec: Path, loaded: Loa
             preflight=Preflight(dict.fromkeys(NODES, down)),
             start_run=runs,
         )
+    assert raised.value.exit_code is ExitCode.UNREACHABLE
     assert runs.configs == []
 
 

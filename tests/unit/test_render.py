@@ -683,6 +683,15 @@ def test_cli_output_option_and_state_dir(lab_spec: Path, tmp_path: Path) -> None
     assert str(tmp_path) not in cfg.replace(str(known_hosts), "")
 
 
+@pytest.mark.parametrize("output", ["/proc/gpuclus-render", "/proc/gpuclus/render"])
+def test_cli_output_directory_that_cannot_be_made_is_a_usage_error(lab_spec: Path, output: str) -> None:
+    # It was "internal error: FileNotFoundError" (exit 1).
+    result = runner.invoke(app, ["render", str(lab_spec), "-o", output])
+    assert result.exit_code == 2, result.output
+    assert f"{output}: cannot create the output directory" in result.stderr
+    assert "internal error" not in result.output
+
+
 def test_cli_json_is_one_object(lab_spec: Path) -> None:
     result = runner.invoke(app, ["render", str(lab_spec), "--json"])
     assert result.exit_code == 0, result.output

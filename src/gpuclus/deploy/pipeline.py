@@ -22,7 +22,7 @@ from gpuclus.deploy.last_applied import FileChange, diff_renders, read_last_appl
 from gpuclus.deploy.phases import Phase, PhaseChoice, parse_phase_list, select_phases, wanted_phases
 from gpuclus.deploy.runner import DeployRun, RunOutcome
 from gpuclus.deploy.workspace import RunConfig, missing_playbooks, prepare_run
-from gpuclus.errors import ExitCode, UsageError
+from gpuclus.errors import ExitCode, GpuclusError, UsageError
 from gpuclus.secret_files import ensure_secrets
 from gpuclus.spec import hostlist
 from gpuclus.spec.load import LoadedSpec
@@ -264,9 +264,12 @@ def prepare(
         remaining = [name for name in chosen.hosts if name not in excluded]
         if not remaining:
             reasons = "; ".join(f"{f.host}: {f.message}" for f in failures[:3])
-            raise UsageError(
+            # The same exit code `gpuclus preflight` gives for these nodes: 4 when
+            # one is unreachable, else 1; not a usage error, the command was right.
+            raise GpuclusError(
                 f"no node is left to deploy to: every chosen node failed preflight ({reasons})",
                 "run `gpuclus preflight` for the full report and a hint per problem",
+                exit_code=ExitCode.UNREACHABLE if any(f.unreachable for f in failures) else ExitCode.FAILED,
             )
         limit = ",".join(remaining)
     if not state.private_key.exists():

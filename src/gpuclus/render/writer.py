@@ -134,6 +134,7 @@ def write_rendered(output_dir: Path, files: Mapping[str, str], *, force: bool = 
     or is not gpuclus' (unless ``force``). Files an earlier render wrote and
     this one does not produce are removed.
     """
+    _make_output_dir(output_dir)
     plan = plan_write(output_dir, files, force=force)
     if plan.conflicts:
         listed = ", ".join(f"{path} ({why})" for path, why in sorted(plan.conflicts.items()))
@@ -141,15 +142,37 @@ def write_rendered(output_dir: Path, files: Mapping[str, str], *, force: bool = 
             f"not overwriting {len(plan.conflicts)} file(s) in {output_dir} changed outside gpuclus: {listed}",
             "pass --force to overwrite, or move your edits into cluster.yaml",
         )
-    for path, text in plan.write.items():
-        write_text_atomic(output_dir / path, text)
-    for path in plan.remove:
-        (output_dir / path).unlink()
-        _prune_empty_parents(output_dir, output_dir / path)
-    manifest = output_dir / MANIFEST_NAME
-    if not manifest.is_file() or manifest.read_text(encoding="utf-8") != plan.manifest_text:
-        write_text_atomic(manifest, plan.manifest_text)
+    try:
+        for path, text in plan.write.items():
+            write_text_atomic(output_dir / path, text)
+        for path in plan.remove:
+            (output_dir / path).unlink()
+            _prune_empty_parents(output_dir, output_dir / path)
+        manifest = output_dir / MANIFEST_NAME
+        if not manifest.is_file() or manifest.read_text(encoding="utf-8") != plan.manifest_text:
+            write_text_atomic(manifest, plan.manifest_text)
+    except OSError as problem:
+        # A full or read-only filesystem: each file is replaced atomically, so
+        # none is half written; the next render finishes the set.
+        raise UsageError(
+            f"{output_dir}: cannot write the rendered files ({problem.strerror or problem})",
+            "free space or choose another directory with -o, then render again",
+        ) from None
     return plan.report()
+
+
+def _make_output_dir(output_dir: Path) -> None:
+    # /proc/x, /sys/x or a read-only mount: a usage error naming the path,
+    # not an internal error.
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        return  # not a directory: plan_write says so
+    except OSError as problem:
+        raise UsageError(
+            f"{output_dir}: cannot create the output directory ({problem.strerror or problem})",
+            "choose a directory you can write to with -o",
+        ) from None
 
 
 def _conflict(path: str, current: bytes, recorded: Mapping[str, str]) -> str | None:

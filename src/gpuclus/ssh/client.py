@@ -16,7 +16,9 @@ paramiko is imported lazily: it is slow to import and `--help` need not pay.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
+import logging
 import shlex
 import socket
 import time
@@ -82,6 +84,7 @@ def host_key(target: SshTarget, timeout: float = 10.0, prefer: str | None = None
     """
     import paramiko
 
+    _quiet_paramiko()
     try:
         sock = socket.create_connection((target.address, target.port), timeout=timeout)
     except OSError as exc:
@@ -105,6 +108,15 @@ def host_key(target: SshTarget, timeout: float = 10.0, prefer: str | None = None
         transport.close()
 
 
+@functools.cache
+def _quiet_paramiko() -> None:
+    # paramiko logs a traceback ("Exception (client): Error reading SSH protocol
+    # banner") when a host drops the connection early; with no handler set,
+    # Python prints it on stderr. The exception it raises is what gpuclus
+    # reports, one line per host.
+    logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+
 def connect(target: SshTarget, timeout: float = 10.0, *, accept_new: bool = False, password: str | None = None) -> Any:
     """An authenticated paramiko client.
 
@@ -115,6 +127,7 @@ def connect(target: SshTarget, timeout: float = 10.0, *, accept_new: bool = Fals
     """
     import paramiko
 
+    _quiet_paramiko()
     client = paramiko.SSHClient()
     if target.known_hosts.exists():
         client.load_host_keys(str(target.known_hosts))
