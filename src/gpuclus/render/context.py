@@ -7,6 +7,7 @@ models means every value that reaches a file is chosen here, in one place.
 
 from __future__ import annotations
 
+import json
 import unicodedata
 from collections.abc import Iterator
 from pathlib import PurePosixPath
@@ -212,6 +213,15 @@ def _strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
 
 
 def _refuse_templates(*parts: Any) -> None:
+    # Nearly every spec has no delimiter anywhere: one search of the parts as
+    # JSON shows that (JSON's own braces are never followed by '{', '%' or '#',
+    # and it escapes none of those). Only then is each string walked, to name it.
+    try:
+        flat = json.dumps(parts, ensure_ascii=False)
+    except (TypeError, ValueError):
+        flat = None
+    if flat is not None and not any(marker in flat for marker in _TEMPLATE_MARKERS):
+        return
     for part in parts:
         for where, text in _strings(part, ""):
             if any(marker in text for marker in _TEMPLATE_MARKERS):

@@ -7,13 +7,14 @@ rather than on hostlist entries.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from gpuclus.spec import hostlist
 from gpuclus.spec.findings import Finding, error
 from gpuclus.spec.models import ClusterSpec, Gpus, NodeEntry, Role
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a 65,000-node spec holds 65,000 of them
 class Node:
     name: str
     address: str
@@ -41,7 +42,16 @@ class Topology:
     nodes: tuple[Node, ...]
 
     def with_role(self, role: Role) -> list[Node]:
-        return [node for node in self.nodes if node.has(role)]
+        return list(self._by_role.get(role, ()))
+
+    @cached_property
+    def _by_role(self) -> dict[Role, tuple[Node, ...]]:
+        # Render asks for each role several times; one pass over the nodes answers all.
+        members: dict[Role, list[Node]] = {}
+        for node in self.nodes:
+            for role in node.roles:
+                members.setdefault(role, []).append(node)
+        return {role: tuple(nodes) for role, nodes in members.items()}
 
     @property
     def controller(self) -> Node | None:
