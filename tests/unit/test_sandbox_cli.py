@@ -2,8 +2,8 @@
 
 No container engine, root or network is used: every way to a real engine is
 replaced by a failing stand-in (see ``no_real_engine``), and the tests that need
-an engine get a small fake one (a script in tmp_path that keeps its state in a
-JSON file and logs every call).
+an engine get a small fake one (sandbox_fake.py: a script in tmp_path that
+keeps its state in a JSON file and logs every call).
 """
 
 from __future__ import annotations
@@ -11,174 +11,28 @@ from __future__ import annotations
 import json
 import os
 import stat
-import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
+from sandbox_fake import RECIPE, FakeEngine, block_real_engines, refuse, wire
 from typer.testing import CliRunner, Result
 
 from gpuclus.cli.main import app
-from gpuclus.sandbox import engine as engine_module
-from gpuclus.sandbox import hostprep, image, lifecycle, network
-from gpuclus.sandbox.engine import Engine
-from gpuclus.sandbox.hostprep import EnginePick
-from gpuclus.sandbox.image import PACKAGES, SUITE, ImageRecipe
-from gpuclus.sandbox.layout import SandboxNode, sandbox_layout
-from gpuclus.sandbox.nodes import NodeStatus
+from gpuclus.sandbox import hostprep, image, lifecycle
+from gpuclus.sandbox.image import ImageRecipe
+from gpuclus.sandbox.layout import sandbox_layout
 from gpuclus.sandbox.record import SandboxRecord
 from gpuclus.spec.load import load_spec
 from gpuclus.state import StateDir
 
 runner = CliRunner()
 
-RECIPE = ImageRecipe(SUITE, "http://mirror.example/debian", PACKAGES, (("sources.list", "deb x bookworm main\n"),))
-
-FAKE_ENGINE = r"""
-import json, os, sys
-from pathlib import Path
-
-home = Path(HOME)
-state_file = home / "state.json"
-state = json.loads(state_file.read_text()) if state_file.exists() else {}
-state.setdefault("networks", {"podman": "10.88.0.0/16"})
-state.setdefault("volumes", [])
-state.setdefault("containers", {})
-args = sys.argv[1:]
-with open(home / "calls.log", "a") as log:
-    log.write(json.dumps(args) + "\n")
-if args[:1] == ["--runtime"]:
-    args = args[2:]
-
-
-def save():
-    temporary = home / f"state.{os.getpid()}"
-    temporary.write_text(json.dumps(state))
-    os.replace(temporary, state_file)
-
-
-def value(flag, words):
-    return words[words.index(flag) + 1]
-
-
-def fail(message, code=125):
-    sys.stderr.write("level=error msg=\"failed to connect to syslog\"\n" + message + "\n")
-    sys.exit(code)
-
-
-command, rest = args[0], args[1:]
-if command == "network":
-    sub, names = rest[0], rest[1:]
-    if sub == "ls":
-        print("\n".join(state["networks"]))
-    elif sub == "inspect":
-        missing = [name for name in names if name not in state["networks"]]
-        if missing:
-            fail(f"Error: unable to find network with name or ID {missing[0]}: network not found")
-        print(json.dumps([{"name": n, "subnets": [{"subnet": state["networks"][n]}]} for n in names]))
-    elif sub == "create":
-        state["networks"][names[-1]] = value("--subnet", names)
-        save()
-    elif sub == "rm":
-        state["networks"].pop(names[-1])
-        save()
-elif command == "volume":
-    sub, names = rest[0], rest[1:]
-    if sub == "ls":
-        print("\n".join(state["volumes"]))
-    elif sub == "create":
-        state["volumes"].append(names[-1])
-        save()
-    elif sub == "rm":
-        state["volumes"] = [v for v in state["volumes"] if v not in names]
-        save()
-elif command == "image":
-    if rest[0] == "inspect" and not state.get("image", True):
-        fail("Error: no such image")
-elif command == "images":
-    pass
-elif command == "ps":
-    cluster = value("--filter", rest).split("=", 2)[2]
-    print("\n".join(n for n, c in state["containers"].items() if c["cluster"] == cluster))
-elif command == "inspect":
-    missing = [name for name in rest if name not in state["containers"]]
-    if missing:
-        fail(f"Error: no such object: {missing[0]}")
-    print(json.dumps([{"Name": n, "State": {"Status": state["containers"][n]["state"]}} for n in rest]))
-elif command == "run":
-    labels = dict(v.split("=", 1) for v in [rest[i + 1] for i, w in enumerate(rest) if w == "--label"])
-    state["containers"][value("--name", rest)] = {
-        "cluster": labels["gpuclus.sandbox"], "state": "running", "argv": args
-    }
-    save()
-elif command == "start":
-    for name in rest:
-        state["containers"][name]["state"] = "running"
-    save()
-elif command == "rm":
-    for name in rest[1:]:
-        state["containers"].pop(name, None)
-    save()
-elif command == "exec":
-    if rest[0] == "--interactive":
-        rest = rest[1:]
-    name, inner = rest[0], rest[1:]
-    if inner[:2] == ["systemctl", "is-system-running"]:
-        print("running")
-    elif inner == ["sh", "-s"]:
-        (home / f"setup-{name}.sh").write_text(sys.stdin.read())
-        print("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFAKEHOSTKEY" + name.replace("-", ""))
-    else:
-        fail(f"fake engine: unexpected exec {inner}", 2)
-else:
-    fail(f"fake engine: unexpected command {args}", 2)
-"""
-
-
-class FakeEngine:
-    """A fake podman: a script in tmp_path, its state, and the calls it got."""
-
-    def __init__(self, home: Path) -> None:
-        self.home = home
-        home.mkdir(parents=True, exist_ok=True)
-        self.script = home / "podman"
-        self.script.write_text(f"#!{sys.executable} -S\nHOME = {str(home)!r}\n{FAKE_ENGINE}")
-        self.script.chmod(0o755)
-        self.engine = Engine("podman", str(self.script))
-
-    @property
-    def state(self) -> dict[str, Any]:
-        path = self.home / "state.json"
-        return json.loads(path.read_text()) if path.exists() else {}
-
-    def calls(self) -> list[list[str]]:
-        log = self.home / "calls.log"
-        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-
-    def setup_script(self, node: str) -> str:
-        return (self.home / f"setup-{node}.sh").read_text()
-
-
-def refuse(*_args: object, **_kwargs: object) -> NoReturn:
-    raise AssertionError("the test reached for a real container engine, apt, debootstrap or SSH")
-
 
 @pytest.fixture(autouse=True)
 def no_real_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every road to a real engine, apt, debootstrap, the host's routes or SSH fails the test at once."""
-    for module in (engine_module, hostprep, lifecycle):
-        for name in ("podman_engine", "docker_engine"):
-            if hasattr(module, name):
-                monkeypatch.setattr(module, name, refuse)
-    for name in ("_podman_usable", "_docker_usable", "apt_install", "ensure_debootstrap", "check_disk"):
-        monkeypatch.setattr(hostprep, name, refuse)
-    monkeypatch.setattr(hostprep, "pick_engine", refuse)
-    monkeypatch.setattr(lifecycle, "engine_named", refuse)
-    monkeypatch.setattr(lifecycle, "build_image", refuse)
-    monkeypatch.setattr(lifecycle, "check_ssh", refuse)
-    monkeypatch.setattr(lifecycle, "host_recipe", lambda mirror=None: RECIPE)
-    monkeypatch.setattr(network, "host_routes", lambda: [])
+    block_real_engines(monkeypatch)
 
 
 @pytest.fixture
@@ -195,17 +49,7 @@ def as_user(monkeypatch: pytest.MonkeyPatch) -> None:
 def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
     """The fake engine, wired in where gpuclus picks engines, and SSH checks that pass."""
     engine = FakeEngine(tmp_path / "engine")
-    monkeypatch.setattr(hostprep, "pick_engine", lambda *a, **k: EnginePick(engine.engine, "fake engine"))
-    monkeypatch.setattr(lifecycle, "engine_named", lambda kind: engine.engine)
-
-    def ssh_ok(nodes: Sequence[SandboxNode], state: StateDir, attempts: int = 10) -> list[NodeStatus]:
-        assert state.private_key.exists() and state.known_hosts.exists()
-        return [
-            NodeStatus(n.name, n.address, "controller" if n.controller else "compute", n.gpus, "running", True)
-            for n in nodes
-        ]
-
-    monkeypatch.setattr(lifecycle, "check_ssh", ssh_ok)
+    wire(monkeypatch, engine)
     return engine
 
 
@@ -543,7 +387,7 @@ def test_up_status_ssh_down(tmp_path: Path, as_root: None, fake: FakeEngine, mon
     down = invoke("down", "--spec", str(spec))
     assert down.exit_code == 0, down.output
     assert "removed 3 node(s), the network, 1 volume(s)" in down.stdout
-    assert fake.state == {"networks": {"podman": "10.88.0.0/16"}, "volumes": [], "containers": {}}
+    assert fake.state == {"networks": {"podman": "10.88.0.0/16"}, "volumes": [], "containers": {}, "labels": {}}
     assert not (state.root / "sandbox.json").exists()
     assert state.known_hosts.read_text() == ""
     assert state.private_key.exists()  # the identity stays for the next up
