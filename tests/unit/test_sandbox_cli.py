@@ -226,7 +226,14 @@ def test_status_without_a_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_status_without_a_sandbox_json(tmp_path: Path) -> None:
     result = invoke("status", "--json", "--spec", str(tmp_path / "sandbox.yaml"))
     assert result.exit_code == 1
-    assert stdout_json(result) == {"ok": False, "cluster": None, "engine": None, "subnet": None, "nodes": []}
+    assert stdout_json(result) == {
+        "ok": False,
+        "cluster": None,
+        "engine": None,
+        "subnet": None,
+        "nodes": [],
+        "elsewhere": [],
+    }
     assert result.stderr == ""
 
 
@@ -402,6 +409,7 @@ def test_up_status_ssh_down(tmp_path: Path, as_root: None, fake: FakeEngine, mon
         "removed_network": False,
         "removed_volumes": [],
         "removed_images": [],
+        "elsewhere": [],
     }
 
 

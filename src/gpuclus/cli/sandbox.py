@@ -131,6 +131,8 @@ def down(
 ) -> None:
     """Remove the sandbox's nodes, network and NFS volume (the cached image stays unless --purge).
 
+    Only what `up` made from this directory (also after an interrupted `up`):
+    a sandbox of the same name run from another directory is left alone.
     Taking down a sandbox that is not there is fine (exit 0). The spec file is
     left in place; `up` rewrites it.
     """
@@ -150,13 +152,15 @@ def down(
             return
         if not (result.removed_nodes or result.removed_network or result.removed_volumes or result.removed_images):
             out.result("nothing to remove: no sandbox is up here")
-            return
-        out.result(
-            f"[green]✓[/] removed {len(result.removed_nodes)} node(s)"
-            + (", the network" if result.removed_network else "")
-            + (f", {len(result.removed_volumes)} volume(s)" if result.removed_volumes else "")
-            + (f", {len(result.removed_images)} image(s)" if result.removed_images else "")
-        )
+        else:
+            out.result(
+                f"[green]✓[/] removed {len(result.removed_nodes)} node(s)"
+                + (", the network" if result.removed_network else "")
+                + (f", {len(result.removed_volumes)} volume(s)" if result.removed_volumes else "")
+                + (f", {len(result.removed_images)} image(s)" if result.removed_images else "")
+            )
+        for where in result.elsewhere:
+            out.note(f"left alone: {escape(_elsewhere(result.cluster, where))}")
 
 
 @app.command("status")
@@ -166,6 +170,8 @@ def status(
 ) -> None:
     """Show each sandbox node: role, address, container state, and whether SSH works.
 
+    Only the containers that `up` made from this directory count: a node of a
+    sandbox with the same name run from another directory shows as missing.
     Exit 0 when every node runs and answers over SSH, 1 otherwise (also when
     no sandbox is up here).
     """
@@ -173,7 +179,7 @@ def status(
 
     out = Output(json_mode=json_mode)
     with handled(out):
-        record, nodes = sandbox_status(spec)
+        record, nodes, elsewhere = sandbox_status(spec)
         healthy = bool(nodes) and all(node.state == "running" and node.ssh for node in nodes)
         if json_mode:
             out.emit(
@@ -183,6 +189,7 @@ def status(
                     "engine": record.engine if record else None,
                     "subnet": record.subnet if record else None,
                     "nodes": [vars(node) for node in nodes],
+                    "elsewhere": elsewhere,
                 }
             )
         elif record is None:
@@ -192,6 +199,10 @@ def status(
             for node in nodes:
                 if node.detail:
                     out.warn(f"{node.name}: {node.detail}")
+            for where in elsewhere:
+                out.warn(
+                    f"{escape(_elsewhere(record.cluster, where))} is not this directory's: its nodes are not shown"
+                )
         if not healthy:
             raise typer.Exit(1)
 
@@ -205,21 +216,14 @@ def ssh(
     """Open a shell on a sandbox node over SSH, as the admin user, with gpuclus' key.
 
     Extra arguments run as a command instead: `gpuclus sandbox ssh sandbox-head -- sinfo`.
+    Only a node that `up` made from this directory is reached.
     """
     from gpuclus.sandbox.image import ADMIN_USER
-    from gpuclus.sandbox.record import SandboxRecord, record_path
-    from gpuclus.state import StateDir
+    from gpuclus.sandbox.lifecycle import node_address
 
     out = Output(json_mode=False)
     with handled(out):
-        state = StateDir.beside(spec)
-        record = SandboxRecord.load(record_path(state))
-        if record is None:
-            raise UsageError("no sandbox is up here", "run `gpuclus sandbox up` first")
-        address = next((n.address for n in record.nodes if n.name == node), None)
-        if address is None:
-            known = ", ".join(n.name for n in record.nodes)
-            raise UsageError(f"no sandbox node named {node!r}", f"nodes: {known}")
+        state, address = node_address(spec, node)
         client = shutil.which("ssh")
         if client is None and ctx.args:
             # No OpenSSH client here: run the command over paramiko instead.
@@ -247,6 +251,12 @@ def ssh(
             *ctx.args,
         ]
         os.execv(client, argv)
+
+
+def _elsewhere(cluster: str | None, where: str | None) -> str:
+    if where is not None:
+        return f"the sandbox named {cluster!r} that runs from {where}"
+    return f"a sandbox named {cluster!r} made by an older gpuclus from a directory this one's record does not name"
 
 
 def _print_nodes(out: Output, rows: list[tuple[str, str, str, int, str, bool | None]]) -> None:

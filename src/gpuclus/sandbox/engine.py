@@ -30,6 +30,8 @@ from gpuclus.errors import GpuclusError
 
 EngineKind = Literal["podman", "docker"]
 LABEL = "gpuclus.sandbox"
+# The .gpuclus directory of the spec whose `up` created a resource (see sandbox/owner.py).
+OWNER_LABEL = "gpuclus.sandbox.owner"
 NVIDIA_MAJOR = 195
 ULIMITS = ("nofile=1024:16384", "nproc=16384:16384")
 # systemd stops cleanly on SIGRTMIN+3. docker import cannot set STOPSIGNAL, so
@@ -134,8 +136,8 @@ class Engine:
     def inspect(self, names: Sequence[str]) -> list[str]:
         return self._cli("inspect", *names)
 
-    def network_create(self, name: str, subnet: str, cluster: str) -> list[str]:
-        return self._cli("network", "create", "--subnet", subnet, "--label", f"{LABEL}={cluster}", name)
+    def network_create(self, name: str, subnet: str, cluster: str, owner: str | None = None) -> list[str]:
+        return self._cli("network", "create", "--subnet", subnet, *_labels(cluster, owner), name)
 
     def network_inspect(self, names: Sequence[str]) -> list[str]:
         return self._cli("network", "inspect", *names)
@@ -146,8 +148,11 @@ class Engine:
     def network_remove(self, name: str) -> list[str]:
         return self._cli("network", "rm", name)
 
-    def volume_create(self, name: str, cluster: str) -> list[str]:
-        return self._cli("volume", "create", "--label", f"{LABEL}={cluster}", name)
+    def volume_create(self, name: str, cluster: str, owner: str | None = None) -> list[str]:
+        return self._cli("volume", "create", *_labels(cluster, owner), name)
+
+    def volume_inspect(self, names: Sequence[str]) -> list[str]:
+        return self._cli("volume", "inspect", *names)
 
     def volume_list(self, cluster: str) -> list[str]:
         return self._cli("volume", "ls", "--filter", f"label={LABEL}={cluster}", "--format", "{{.Name}}")
@@ -209,13 +214,25 @@ class Engine:
 
     def json_lines(self, argv: Sequence[str], *, what: str) -> list[dict[str, Any]]:
         """Parse output that is either a JSON array or one JSON object per line."""
-        text = self.run(argv, what=what).stdout.strip()
-        if not text:
-            return []
-        if text.startswith("["):
-            loaded = json.loads(text)
-            return loaded if isinstance(loaded, list) else []
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+        return parse_json_lines(self.run(argv, what=what).stdout)
+
+
+def parse_json_lines(text: str) -> list[dict[str, Any]]:
+    """Inspect output: either a JSON array or one JSON object per line."""
+    text = text.strip()
+    if not text:
+        return []
+    if text.startswith("["):
+        loaded = json.loads(text)
+        return loaded if isinstance(loaded, list) else []
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _labels(cluster: str, owner: str | None) -> list[str]:
+    # One --label per value: podman and docker split them on the first "=" only,
+    # and neither splits a value on commas, so any directory path fits.
+    argv = ["--label", f"{LABEL}={cluster}"]
+    return [*argv, "--label", f"{OWNER_LABEL}={owner}"] if owner is not None else argv
 
 
 def mac_for(address: str) -> str:

@@ -2,8 +2,11 @@
 
 Every resource carries the label gpuclus.sandbox=<cluster> and a name derived
 from the cluster name, so `down` finds all of it even after an interrupted
-`up`, and a second `up` completes what the first left half-made. This module
-never prints: progress goes through the ``say`` callback.
+`up`, and a second `up` completes what the first left half-made. Names are
+host-wide but a sandbox belongs to one directory: a second label names the
+.gpuclus directory whose `up` made each resource, and no command touches
+another directory's (see owner.py). This module never prints: progress goes
+through the ``say`` callback.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuclus.errors import ExitCode, UsageError
 from gpuclus.fileio import FileTooLargeError, read_regular_file, refuse_non_regular_target, write_text_atomic
 from gpuclus.sandbox import hostprep
 from gpuclus.sandbox.aptsources import check_mirror
@@ -28,8 +32,10 @@ from gpuclus.sandbox.nodes import (
     ensure_nodes,
     inspect_nodes,
     logs_hint,
+    node_status,
     remove_nodes,
 )
+from gpuclus.sandbox.owner import owner_of, ownership
 from gpuclus.sandbox.record import SandboxRecord, record_path
 from gpuclus.sandbox.volume import ensure_volume, remove_volumes
 from gpuclus.state import StateDir
@@ -112,6 +118,12 @@ def up(options: UpOptions, say: Say) -> UpResult:
     )
     engine = pick.engine
     say(f"engine: {engine.kind} ({pick.reason})")
+    # The name is host-wide: a sandbox of this name made from another
+    # directory is refused before anything here is written or created.
+    owner = owner_of(state)
+    held = ownership(engine, options.cluster, state, existing)
+    if held.others:
+        raise held.refusal()
 
     if existing is not None:
         layout = existing.layout
@@ -142,8 +154,8 @@ def up(options: UpOptions, say: Say) -> UpResult:
         record_path(state),
         SandboxRecord(layout.cluster, engine.kind, layout.subnet, recipe.tag, layout.nodes).dumps(),
     )
-    changed = image_built | ensure_network(engine, layout, say) | ensure_volume(engine, layout)
-    created = ensure_nodes(engine, layout, recipe.tag, say)
+    changed = image_built | ensure_network(engine, layout, say, owner) | ensure_volume(engine, layout, owner)
+    created = ensure_nodes(engine, layout, recipe.tag, say, owner)
     changed |= bool(created)
 
     statuses = {status.name: status for status in inspect_nodes(engine, layout)}
@@ -201,20 +213,57 @@ def _spec_text(layout: SandboxLayout) -> str:
 # Status and down ----------------------------------------------------------------------
 
 
-def status(spec_path: Path, *, check: bool = True) -> tuple[SandboxRecord | None, list[NodeStatus]]:
+def status(spec_path: Path, *, check: bool = True) -> tuple[SandboxRecord | None, list[NodeStatus], list[str | None]]:
+    """The recorded sandbox, its nodes as this directory's containers show them, and where else its name is used.
+
+    A node whose container another directory's `up` made is "missing" here and
+    never checked over SSH; the third item names those directories (None:
+    made by an older gpuclus, directory unknown).
+    """
     state = StateDir.beside(spec_path)
     record = SandboxRecord.load(record_path(state))
     if record is None:
-        return None, []
+        return None, [], []
     engine = engine_named(record.engine)
-    nodes = inspect_nodes(engine, record.layout)
+    held = ownership(engine, record.cluster, state, record)
+    states = {resource.name: resource.state for resource in held.my("node")}
+    nodes = [node_status(node, states.get(node.name, "missing")) for node in record.nodes]
     if check and state.known_hosts.exists():
         running = {node.name for node in nodes if node.state == "running"}
         reached = {s.name: s for s in check_ssh([n for n in record.nodes if n.name in running], state, attempts=1)}
         for node in nodes:
             if node.name in reached:
                 node.ssh, node.detail = reached[node.name].ssh, reached[node.name].detail
-    return record, nodes
+    return record, nodes, held.elsewhere
+
+
+def node_address(spec_path: Path, node: str) -> tuple[StateDir, str]:
+    """The state directory and address for `sandbox ssh NODE`: only a node that this directory's `up` made."""
+    state = StateDir.beside(spec_path)
+    record = SandboxRecord.load(record_path(state))
+    if record is None:
+        raise UsageError("no sandbox is up here", "run `gpuclus sandbox up` first")
+    address = next((n.address for n in record.nodes if n.name == node), None)
+    if address is None:
+        known = ", ".join(n.name for n in record.nodes)
+        raise UsageError(f"no sandbox node named {node!r}", f"nodes: {known}")
+    held = ownership(engine_named(record.engine), record.cluster, state, record)
+    if node in {resource.name for resource in held.my("node")}:
+        return state, address
+    other = next((r for r in held.others if r.kind == "node" and r.name == node), None)
+    if other is not None and other.directory is not None:
+        raise SandboxError(
+            f"{node} is a node of the sandbox {record.cluster!r} that runs from {other.directory}, not of this one",
+            f"run `gpuclus sandbox ssh {node}` in {other.directory}",
+            exit_code=ExitCode.USAGE,
+        )
+    if other is not None:
+        raise SandboxError(
+            f"{node} was made by an older gpuclus from a directory whose .gpuclus/sandbox.json names it, not this one",
+            f"run `gpuclus sandbox ssh {node}` in that directory",
+            exit_code=ExitCode.USAGE,
+        )
+    raise SandboxError(f"{node} is not up here (it has no container)", "see `gpuclus sandbox status`")
 
 
 @dataclass
@@ -224,6 +273,9 @@ class DownResult:
     removed_network: bool
     removed_volumes: list[str]
     removed_images: list[str]
+    # Directories whose sandbox of the same name was left alone (None: made by
+    # an older gpuclus, directory unknown).
+    elsewhere: list[str | None] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -239,9 +291,13 @@ def down(spec_path: Path, *, cluster: str | None, purge: bool, engine_choice: st
     result = DownResult(name, [], False, [], [])
     # An engine that does not answer (not installed, daemon down) holds no sandbox to remove.
     if name is not None and engine.ok(engine.list_containers(name), timeout=30):
-        result.removed_nodes = remove_nodes(engine, name, say)
-        result.removed_network = remove_network(engine, name)
-        result.removed_volumes = remove_volumes(engine, name)
+        # Only what this directory's `up` made, also after an interrupted one;
+        # another directory's sandbox of the same name is left alone.
+        held = ownership(engine, name, state, record)
+        result.removed_nodes = remove_nodes(engine, [r.name for r in held.my("node")], say)
+        result.removed_network = bool(held.my("network")) and remove_network(engine, name)
+        result.removed_volumes = remove_volumes(engine, [r.name for r in held.my("volume")])
+        result.elsewhere = held.elsewhere
     if purge:
         result.removed_images = remove_cached_images(engine, say)
     if record is not None and (cluster is None or cluster == record.cluster):

@@ -60,8 +60,8 @@ def subnets_of(network: dict[str, Any]) -> list[str]:
     return [subnet for subnet in found if subnet]
 
 
-def ensure_network(engine: Engine, layout: SandboxLayout, say: Callable[[str], None]) -> bool:
-    """Create the sandbox's network unless it is there; True when it was created."""
+def ensure_network(engine: Engine, layout: SandboxLayout, say: Callable[[str], None], owner: str | None = None) -> bool:
+    """Create the sandbox's network (labelled with ``owner``) unless it is there; True when it was created."""
     if engine.ok(engine.network_inspect([layout.network])):
         subnets = subnets_of(engine.json_lines(engine.network_inspect([layout.network]), what="network")[0])
         if layout.subnet not in subnets:
@@ -71,7 +71,7 @@ def ensure_network(engine: Engine, layout: SandboxLayout, say: Callable[[str], N
             )
         return False
     say(f"creating network {layout.network} ({layout.subnet})")
-    engine.run(engine.network_create(layout.network, layout.subnet, layout.cluster), what="creating the network")
+    engine.run(engine.network_create(layout.network, layout.subnet, layout.cluster, owner), what="creating the network")
     return True
 
 

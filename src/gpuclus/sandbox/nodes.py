@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from gpuclus.sandbox.engine import Engine, NodeContainer, SandboxError
+from gpuclus.sandbox.engine import OWNER_LABEL, Engine, NodeContainer, SandboxError
 from gpuclus.sandbox.image import ADMIN_USER, FAKE_GPU_CONFIG
 from gpuclus.sandbox.layout import NFS_VOLUME_MOUNT, SandboxLayout, SandboxNode
 from gpuclus.ssh.client import SshFailure, SshTarget, run_once
@@ -33,16 +33,22 @@ class NodeStatus:
     detail: str = ""
 
 
-def _status(node: SandboxNode, state: str) -> NodeStatus:
+def node_status(node: SandboxNode, state: str) -> NodeStatus:
     return NodeStatus(node.name, node.address, "controller" if node.controller else "compute", node.gpus, state)
 
 
-def node_containers(layout: SandboxLayout, image: str) -> list[NodeContainer]:
-    """What the engine runs for each node; only the controller mounts the NFS volume."""
+def node_containers(layout: SandboxLayout, image: str, owner: str | None = None) -> list[NodeContainer]:
+    """What the engine runs for each node; only the controller mounts the NFS volume.
+
+    ``owner`` (the .gpuclus directory that runs `up`) goes on every container as a label.
+    """
     containers = []
     for node in layout.nodes:
         role = "controller" if node.controller else "compute"
         volumes = ((layout.volume, NFS_VOLUME_MOUNT),) if node.controller else ()
+        labels: tuple[tuple[str, str], ...] = (("gpuclus.role", role),)
+        if owner is not None:
+            labels += ((OWNER_LABEL, owner),)
         containers.append(
             NodeContainer(
                 name=node.name,
@@ -51,17 +57,19 @@ def node_containers(layout: SandboxLayout, image: str) -> list[NodeContainer]:
                 image=image,
                 cluster=layout.cluster,
                 volumes=volumes,
-                labels=(("gpuclus.role", role),),
+                labels=labels,
             )
         )
     return containers
 
 
-def ensure_nodes(engine: Engine, layout: SandboxLayout, image: str, say: Callable[[str], None]) -> list[str]:
+def ensure_nodes(
+    engine: Engine, layout: SandboxLayout, image: str, say: Callable[[str], None], owner: str | None = None
+) -> list[str]:
     """Create missing nodes, start stopped ones; returns the names created or started."""
     states = {status.name: status.state for status in inspect_nodes(engine, layout)}
     touched = []
-    for container in node_containers(layout, image):
+    for container in node_containers(layout, image, owner):
         state = states.get(container.name, "missing")
         if state == "running":
             continue
@@ -88,13 +96,12 @@ def inspect_nodes(engine: Engine, layout: SandboxLayout) -> list[NodeStatus]:
     statuses = []
     for node in layout.nodes:
         info = details.get(node.name)
-        statuses.append(_status(node, str(info.get("State", {}).get("Status", "missing")) if info else "missing"))
+        statuses.append(node_status(node, str(info.get("State", {}).get("Status", "missing")) if info else "missing"))
     return statuses
 
 
-def remove_nodes(engine: Engine, cluster: str, say: Callable[[str], None]) -> list[str]:
-    """Remove every container labelled with the cluster; returns their names, sorted."""
-    nodes = engine.run(engine.list_containers(cluster), what="listing nodes").stdout.split()
+def remove_nodes(engine: Engine, nodes: Sequence[str], say: Callable[[str], None]) -> list[str]:
+    """Remove these node containers; returns their names, sorted."""
     if nodes:
         say(f"removing {len(nodes)} node(s)")
         engine.run(engine.remove(nodes), what="removing nodes", timeout=120)
@@ -196,7 +203,7 @@ def check_ssh(nodes: Sequence[SandboxNode], state: StateDir, attempts: int = 10)
     """Log in to each node as the admin user with gpuclus' key; sudo and hostname must work."""
 
     def probe(node: SandboxNode) -> NodeStatus:
-        status = _status(node, "running")
+        status = node_status(node, "running")
         target = SshTarget(node.address, ADMIN_USER, state.private_key, state.known_hosts)
         try:
             result = run_once(target, "sudo -n true && hostname", timeout=20, attempts=attempts)
