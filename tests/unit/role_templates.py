@@ -57,6 +57,7 @@ def role_variables(role: str, inventory: dict[str, Any], host: str, extra: dict[
         inventory_hostname=host,
         ansible_facts={**FACTS, "hostname": host},
         ansible_play_hosts=names,
+        ansible_play_hosts_all=names,
         groups={"all": names},
     )
     variables.update(extra)

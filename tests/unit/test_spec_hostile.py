@@ -122,7 +122,14 @@ def check_files_mean_the_spec(loaded: LoadedSpec) -> None:
     assert sorted(_values(chrony, "allow")) == sorted(a for n, a in addresses.items() if n != controller)
 
     slurm_conf = render(
-        "slurm_common", "etc/slurm/slurm.conf.j2", inventory, controller, __slurm_common_pmix=False, hostvars={}
+        "slurm_common",
+        "etc/slurm/slurm.conf.j2",
+        inventory,
+        controller,
+        # What the role would have read on the nodes: nothing, every node is sized in the spec.
+        __slurm_common_pmix=False,
+        __slurm_common_probes={},
+        __slurm_common_written_sizes={},
     )
     node_lines, partition_lines = _slurm_conf_lines(slurm_conf)
     assert [words["NodeName"] for words in node_lines] == compute

@@ -135,6 +135,32 @@ def restart_lines(path: str, pattern: str) -> list[str] | None:
     return [line.strip() for line in lines if selector.search(line.strip())]
 
 
+# The NodeName words that size a node, as gpuclus writes them.
+SIZE_WORDS = ("CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore", "RealMemory")
+
+
+def node_sizes(path: str) -> dict[str, dict[str, int]]:
+    """The size of each node as the current slurm.conf defines it: name -> {CPUs: .., RealMemory: ..}.
+
+    A node that is down during a deploy keeps the line the last deploy
+    wrote for it. Nodes defined as FUTURE (never sized) are left out.
+    """
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except FileNotFoundError:
+        return {}
+    sizes: dict[str, dict[str, int]] = {}
+    for line in lines:
+        words = dict(word.split("=", 1) for word in line.split() if "=" in word)
+        if "NodeName" not in words or words.get("State", "").upper() == "FUTURE":
+            continue
+        size = {key: int(words[key]) for key in SIZE_WORDS if words.get(key, "").isdigit()}
+        if "CPUs" in size and "RealMemory" in size:
+            sizes[words["NodeName"]] = size
+    return sizes
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -163,6 +189,7 @@ def main() -> None:
             f"/dev/nvidia{i}" for i in range(params["gpu_count"]) if not os.path.exists(f"/dev/nvidia{i}")
         ],
         "restart_lines": restart_lines(params["slurm_conf"], params["restart_pattern"]),
+        "node_sizes": node_sizes(params["slurm_conf"]),
     }
     module.exit_json(changed=False, slurm=result)
 

@@ -18,6 +18,7 @@ import os
 import secrets as random_source
 import shlex
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -147,6 +148,7 @@ def prepare_run(
     phases: list[Phase],
     hosts: list[str],
     limit: str | None = None,
+    excluded: Sequence[str] = (),
     check: bool = False,
     verbosity: int = 0,
     run_id: str | None = None,
@@ -172,6 +174,9 @@ def prepare_run(
         extravars={
             "gpuclus_secrets_dir": str(secrets_dir.resolve()),
             "gpuclus_run_phases": [phase.value for phase in phases],
+            # Nodes preflight left out: roles must not contact them, not even
+            # through delegation from a node of the run (slurm_common).
+            "gpuclus_excluded_nodes": sorted(excluded),
         },
         limit=limit,
         check=check,

@@ -20,6 +20,7 @@ import re
 # A DNS label (RFC 1123): letters, digits and '-', not at either end, at most 63.
 _DNS_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 DNS_NAME_MAX = 253
+_BROADCAST = ipaddress.IPv4Address("255.255.255.255")
 
 # The characters an export path or mount point may use: those that need no
 # quoting in /etc/exports, fstab, ganesha.conf or a systemd unit name, and
@@ -72,7 +73,7 @@ def address_problem(address: str) -> str | None:
     except ValueError:
         ip = None
     if ip is not None:
-        if ip.is_unspecified or ip.is_multicast or ip == ipaddress.IPv4Address("255.255.255.255"):
+        if ip.is_unspecified or ip.is_multicast or ip == _BROADCAST:
             return "is not the address of one host (unspecified, multicast or broadcast)"
         return None
     if full_match(r"[0-9.]+", address):
