@@ -66,6 +66,7 @@ RECORD_KEYS = {
     "hosts",
     "failures",
     "error",
+    "interrupted",
     "seconds",
     "changed",
 }

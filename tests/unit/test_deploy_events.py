@@ -32,6 +32,7 @@ from gpuclus.deploy.events import (
     Event,
     EventTranslator,
     HostResult,
+    HostStarted,
     PhaseStarted,
     PlayStats,
     TaskStarted,
@@ -136,9 +137,19 @@ def test_ordinary_plays_keep_the_phase_and_marker_names_are_stripped() -> None:
     ) == PhaseStarted("slurm")
 
 
+def test_a_task_starting_on_a_host_says_which_host_is_busy_with_what() -> None:
+    started = [event for event in translate("success") if isinstance(event, HostStarted)]
+    assert started[0] == HostStarted("base", "head", "Check the marker")
+    assert {(event.phase, event.host) for event in started if event.task == "Render slurm.conf"} == {
+        ("slurm", "head"),
+        ("slurm", "gpu01"),
+        ("slurm", "gpu02"),
+    }
+
+
 @pytest.mark.parametrize(
     "kind",
-    ["playbook_on_start", "runner_on_start", "runner_item_on_ok", "runner_item_on_failed", "verbose", "debug", ""],
+    ["playbook_on_start", "runner_item_on_ok", "runner_item_on_failed", "verbose", "debug", ""],
 )
 def test_events_without_meaning_for_gpuclus_are_dropped(kind: str) -> None:
     raw = {"event": kind, "event_data": {"host": "head", "task": "x", "res": {"failed": True, "msg": "boom"}}}

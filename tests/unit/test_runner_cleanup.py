@@ -6,8 +6,8 @@ the code consuming the events, by the event handler, and by SIGTERM to the
 process. ansible-runner writes every event to artifacts/<id>/job_events/ and
 the command line with the whole environment to artifacts/<id>/command; both
 must be gone afterwards, and so must ansible-playbook (its main process,
-which writes the artifacts; the worker busy with the sleeping task runs in a
-session of its own and finishes that task by itself).
+which writes the artifacts; test_deploy_interrupt.py checks that its workers,
+each in a session of its own, and the commands they run go too).
 """
 
 from __future__ import annotations

@@ -28,8 +28,9 @@ def handled(out: Output, extra: dict[str, Any] | None = None) -> Iterator[None]:
     except GpuclusError as problem:
         out.fail(problem, extra)
         raise typer.Exit(int(problem.exit_code)) from None
-    except KeyboardInterrupt:
-        out.fail(GpuclusError("interrupted", exit_code=ExitCode.INTERRUPTED), extra)
+    except KeyboardInterrupt as problem:
+        # "terminated (SIGTERM)" when a run was stopped by SIGTERM; plain Ctrl-C says nothing.
+        out.fail(GpuclusError(str(problem) or "interrupted", exit_code=ExitCode.INTERRUPTED), extra)
         raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
 
 

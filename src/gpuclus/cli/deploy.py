@@ -8,9 +8,11 @@ from types import FrameType
 from typing import Annotated, Any
 
 import typer
+from rich.console import RenderableType
 from rich.markup import escape
-from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import Progress, SpinnerColumn, Task, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from gpuclus.cli.common import DEFAULT_SPEC, JsonOption, handled, load_checked_spec
 from gpuclus.cli.completion import complete_phases
@@ -62,11 +64,13 @@ def deploy(
     in parallel; a failing or unreachable node does not stop the others, and
     the summary names them (`--retry-failed` re-runs just those). Every run is
     recorded under .gpuclus/runs/ (see `gpuclus runs`). Secrets are generated
-    once into .gpuclus/secrets/ and never printed. Ctrl-C stops cleanly; the
-    next deploy picks up from there.
+    once into .gpuclus/secrets/ and never printed. Ctrl-C stops Ansible and
+    every process it started (a second Ctrl-C kills them at once); the next
+    deploy picks up from there. One deploy at a time per spec directory.
 
-    Exit 0 when every task succeeded, 1 when a task failed, 2 for bad options,
-    3 for an invalid spec, 4 when hosts were unreachable, 130 when interrupted.
+    Exit 0 when every task succeeded, 1 when a task failed, 2 for bad options
+    or another deploy running, 3 for an invalid spec, 4 when hosts were
+    unreachable, 130 when interrupted.
     """
     from gpuclus.deploy import pipeline
 
@@ -88,7 +92,14 @@ def deploy(
         previous = signal.getsignal(signal.SIGINT)
 
         def interrupt(signum: int, frame: FrameType | None) -> None:
-            out.note("[yellow]interrupted: stopping Ansible after the running tasks...[/]")
+            if not view.runs:
+                raise KeyboardInterrupt  # before Ansible: nothing to stop but gpuclus
+            if any(run.cancelled.is_set() for run in view.runs):
+                out.note("[yellow]killing Ansible now[/]")
+                for run in view.runs:
+                    run.kill()
+                return
+            out.note("[yellow]interrupted: stopping Ansible (Ctrl-C again to kill it at once)...[/]")
             for run in view.runs:
                 run.cancel()
 
@@ -118,6 +129,16 @@ def _state(spec: Path) -> Any:
     return StateDir.beside(spec)
 
 
+class _PhaseMark(SpinnerColumn):
+    """A spinner while the phase runs; then ✓, or the mark the phase ended with (✗ when interrupted)."""
+
+    def render(self, task: Task) -> RenderableType:
+        mark = task.fields.get("mark")
+        if task.finished and mark:
+            return Text.from_markup(mark)
+        return super().render(task)
+
+
 class _ProgressView:
     """The deploy's observer: preflight and skipped phases as notes, then one line per phase
     with its task count and elapsed time; failures printed as they happen."""
@@ -127,7 +148,7 @@ class _ProgressView:
         self.host_count = host_count
         self.runs: list[Any] = []  # the run to cancel on Ctrl-C, once started
         self.progress = Progress(
-            SpinnerColumn(finished_text="[green]✓[/]"),
+            _PhaseMark(finished_text="[green]✓[/]"),
             TextColumn("{task.description}"),
             TextColumn("[dim]{task.completed} tasks[/]"),
             TimeElapsedColumn(),
@@ -142,9 +163,14 @@ class _ProgressView:
     def __enter__(self) -> _ProgressView:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
         if self.runs:
-            self._finish_phase()
+            if kind is not None and not issubclass(kind, KeyboardInterrupt):
+                self._finish_phase("[red]✗[/]", "[red]stopped[/]")
+            elif kind is not None or any(run.cancelled.is_set() for run in self.runs):
+                self._finish_phase("[red]✗[/]", "[red]interrupted[/]")
+            else:
+                self._finish_phase()
             self.progress.__exit__(None, None, None)
 
     def preflight_done(self, reports: list[Any], seconds: float) -> None:
@@ -189,13 +215,16 @@ class _ProgressView:
                     f"  [red]✗ {escape(event.host)}[/] {word}: [bold]{escape(event.task)}[/]: {escape(event.message)}"
                 )
 
-    def _finish_phase(self) -> None:
+    def _finish_phase(self, mark: str | None = None, word: str | None = None) -> None:
+        """Close the phase line: ✓ and its count of changes, or ``mark`` and ``word`` (✗ interrupted)."""
         if self.phase_task is not None:
             task = self.progress.tasks[self.phase_task]
+            ending = f"{word} " if word else ""
             self.progress.update(
                 self.phase_task,
                 total=task.completed,
-                description=f"[bold]{escape(self.phase)}[/] [dim]({self.changed} changed)[/]",
+                description=f"[bold]{escape(self.phase)}[/] {ending}[dim]({self.changed} changed)[/]",
+                mark=mark,
             )
             self.phase_task = None
 
@@ -217,7 +246,8 @@ def _print_summary(out: Output, record: Any, seconds: float) -> None:
             f"[red]{dark}[/]" if dark else "0",
             str(stats.get("skipped", 0)),
         )
-    out.out.print(table)
+    if table.row_count:
+        out.out.print(table)
     phases = ", ".join(f"{phase.name} {phase.seconds:.0f}s" for phase in record.phases)
     changed = record.changed_total()
     if record.status == "successful":
@@ -225,7 +255,10 @@ def _print_summary(out: Output, record: Any, seconds: float) -> None:
         return
     failed = record.failed_hosts()
     out.result(f"[red]✗[/] deploy {record.id} {record.status} after {seconds:.0f} s ({phases})")
-    if record.error:
+    if record.interrupted is not None:
+        how = record.error or "interrupted"
+        out.result(f"  {escape(how)} {escape(record.interrupted.describe())}; deploy again to finish")
+    elif record.error:
         out.result(f"  Ansible said: {escape(record.error)}")
     if failed:
         out.result(f"  failed or unreachable: {escape(', '.join(failed))} — fix, then `gpuclus deploy --retry-failed`")

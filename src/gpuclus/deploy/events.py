@@ -27,6 +27,15 @@ class TaskStarted:
 
 
 @dataclass(frozen=True)
+class HostStarted:
+    """A task began on a host (what the host is busy with until its HostResult)."""
+
+    phase: str | None
+    host: str
+    task: str
+
+
+@dataclass(frozen=True)
 class HostResult:
     phase: str | None
     host: str
@@ -41,7 +50,7 @@ class PlayStats:
     per_host: dict[str, dict[str, int]]
 
 
-Event = PhaseStarted | TaskStarted | HostResult | PlayStats
+Event = PhaseStarted | TaskStarted | HostStarted | HostResult | PlayStats
 
 _RESULT_EVENTS = {
     "runner_on_ok": "ok",
@@ -70,6 +79,8 @@ class EventTranslator:
             return None
         if kind == "playbook_on_task_start":
             return TaskStarted(self.phase, str(data.get("play", "")), str(data.get("task", "")))
+        if kind == "runner_on_start":
+            return HostStarted(self.phase, str(data.get("host", "")), str(data.get("task", "")))
         if kind in _RESULT_EVENTS and _RESULT_EVENTS[kind] is not None:
             status = _RESULT_EVENTS[kind]
             result = data.get("res") or {}

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuclus.deploy.events import Event, HostResult, PhaseStarted, PlayStats, TaskStarted
+from gpuclus.deploy.events import Event, HostResult, HostStarted, PhaseStarted, PlayStats, TaskStarted
 from gpuclus.fileio import write_text_atomic
 from gpuclus.state import StateDir
 
@@ -41,6 +41,21 @@ class Failure:
 
 
 @dataclass
+class Interruption:
+    """Where a run was when it was stopped (Ctrl-C, SIGTERM): what may be half done."""
+
+    phase: str | None  # None: before the first phase (Ansible starting, or the inventory gate)
+    task: str | None  # the task under way, or the last one started
+    hosts: list[str]  # the hosts that had a task under way; else the hosts the phase had reached
+
+    def describe(self) -> str:
+        where = f"in phase {self.phase}" if self.phase else "before the first phase"
+        task = f", task {self.task!r}" if self.task else ""
+        hosts = f", on {', '.join(self.hosts)}" if self.hosts else ""
+        return where + task + hosts
+
+
+@dataclass
 class RunRecord:
     id: str
     spec: str
@@ -57,6 +72,7 @@ class RunRecord:
     hosts: dict[str, dict[str, int]] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
     error: str = ""  # why the run ended when no task failed (Ansible's own last words)
+    interrupted: Interruption | None = None  # set when the status is "interrupted"
 
     @property
     def seconds(self) -> float:
@@ -79,6 +95,8 @@ class RunRecord:
         known = {key: data[key] for key in cls.__dataclass_fields__ if key in data}
         known["phases"] = [PhaseRecord(**phase) for phase in data.get("phases", [])]
         known["failures"] = [Failure(**failure) for failure in data.get("failures", [])]
+        if isinstance(data.get("interrupted"), dict):
+            known["interrupted"] = Interruption(**data["interrupted"])
         return cls(**known)
 
 
@@ -88,6 +106,9 @@ class RecordBuilder:
     def __init__(self, record: RunRecord) -> None:
         self.record = record
         self._phase_started: float | None = None
+        self._task: str | None = None  # the last task started
+        self._busy: dict[str, str] = {}  # host -> the task under way there
+        self._reached: list[str] = []  # hosts the current phase has started a task on
 
     @property
     def current(self) -> PhaseRecord | None:
@@ -98,9 +119,17 @@ class RecordBuilder:
             self._close_phase()
             self.record.phases.append(PhaseRecord(event.phase))
             self._phase_started = time.monotonic()
-        elif isinstance(event, TaskStarted) and self.current is not None:
-            self.current.tasks += 1
+            self._task, self._busy, self._reached = None, {}, []
+        elif isinstance(event, TaskStarted):
+            self._task = event.task
+            if self.current is not None:
+                self.current.tasks += 1
+        elif isinstance(event, HostStarted):
+            self._busy[event.host] = event.task
+            if event.host not in self._reached:
+                self._reached.append(event.host)
         elif isinstance(event, HostResult):
+            self._busy.pop(event.host, None)
             if event.status == "changed" and self.current is not None:
                 self.current.changed += 1
             if event.status in {"failed", "unreachable"} and not event.ignored:
@@ -112,8 +141,17 @@ class RecordBuilder:
         elif isinstance(event, PlayStats):
             self.record.hosts = event.per_host
 
+    def interruption(self) -> Interruption:
+        """Where the run is now: the phase, the task and the hosts it was busy on."""
+        busy = sorted(self._busy)
+        tasks = sorted(set(self._busy.values()))
+        task = tasks[0] if len(tasks) == 1 else self._task
+        return Interruption(self.current.name if self.current else None, task, busy or sorted(self._reached))
+
     def finish(self, status: str, rc: int | None) -> RunRecord:
         self._close_phase()
+        if status == "interrupted" and self.record.interrupted is None:
+            self.record.interrupted = self.interruption()
         self.record.status = status
         self.record.rc = rc
         self.record.finished_at = time.time()
