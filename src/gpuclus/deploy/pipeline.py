@@ -1,4 +1,4 @@
-"""The deploy sequence, without the terminal: scope, preflight, prepare, run, record, prune.
+"""The deploy sequence, without the terminal: scope, lock, preflight, prepare, run, record, prune.
 
 `deploy()` is the one entry point (`gpuclus deploy` and `gpuclus plan --check`
 call it); it never prints. What a terminal shows goes to a DeployObserver, and
@@ -19,6 +19,7 @@ from gpuclus import __version__
 from gpuclus.deploy import records
 from gpuclus.deploy.events import Event
 from gpuclus.deploy.last_applied import FileChange, diff_renders, read_last_applied, save_last_applied
+from gpuclus.deploy.lock import deploy_lock
 from gpuclus.deploy.phases import Phase, PhaseChoice, parse_phase_list, select_phases, wanted_phases
 from gpuclus.deploy.runner import DeployRun, RunOutcome
 from gpuclus.deploy.workspace import RunConfig, missing_playbooks, prepare_run
@@ -108,26 +109,29 @@ def deploy(
     preflight: Preflight | None = None,
     start_run: Callable[[RunConfig], AnsibleRun] | None = None,
 ) -> DeployResult:
-    """The whole deploy: scope once, preflight, prepare, run, record, prune old records.
+    """The whole deploy: scope once, lock, preflight, prepare, run, record, prune old records.
 
-    Bad options fail (UsageError) before any SSH. ``preflight`` and
+    Bad options fail (UsageError) before any SSH, and so does a second run in
+    the same spec directory (deploy/lock.py). ``preflight`` and
     ``start_run`` default to the real SSH preflight and ansible-runner.
     """
     chosen = scope(request, loaded)
-    failures: list[records.Failure] = []
-    if request.preflight:
-        probe = preflight or _ssh_preflight
+    # One run at a time per spec directory (refused with the holder's PID, exit 2).
+    with deploy_lock(StateDir.beside(request.spec_path)):
+        failures: list[records.Failure] = []
+        if request.preflight:
+            probe = preflight or _ssh_preflight
+            started = time.monotonic()
+            reports = probe(loaded, request.spec_path, chosen.hosts)
+            observer.preflight_done(reports, time.monotonic() - started)
+            failures = preflight_failures(reports)
+        prepared = prepare(request, loaded, chosen, failures)
+        observer.phases_skipped(prepared.skipped)
         started = time.monotonic()
-        reports = probe(loaded, request.spec_path, chosen.hosts)
-        observer.preflight_done(reports, time.monotonic() - started)
-        failures = preflight_failures(reports)
-    prepared = prepare(request, loaded, chosen, failures)
-    observer.phases_skipped(prepared.skipped)
-    started = time.monotonic()
-    record = execute(prepared, observer.event, observer.run_started, start_run)
-    seconds = time.monotonic() - started
-    if request.keep is not None:
-        records.prune(prepared.state, request.keep)
+        record = execute(prepared, observer.event, observer.run_started, start_run)
+        seconds = time.monotonic() - started
+        if request.keep is not None:
+            records.prune(prepared.state, request.keep)
     return DeployResult(record, exit_code(record), prepared.config.run_dir, seconds)
 
 
@@ -288,6 +292,7 @@ def prepare(
         phases=phases,
         hosts=[node.name for node in loaded.topology.nodes],
         limit=limit,
+        excluded=sorted(excluded),
         check=request.check,
         verbosity=request.verbosity,
     )
