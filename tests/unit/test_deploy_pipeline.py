@@ -59,6 +59,9 @@ class FakeRun:
     def cancel(self) -> None:
         self.cancelled.set()
 
+    def kill(self) -> None:
+        self.cancelled.set()
+
     def output_tail(self) -> str:
         return "ERROR! the fake playbook said no"
 

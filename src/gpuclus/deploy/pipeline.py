@@ -55,7 +55,11 @@ class AnsibleRun(Protocol):
 
     def events(self) -> Iterator[Event]: ...
 
-    def cancel(self) -> None: ...
+    def cancel(self) -> None:
+        """Stop the run: Ansible gets its interrupt, what is left is killed a few seconds later."""
+
+    def kill(self) -> None:
+        """Stop the run now (a second Ctrl-C)."""
 
     def output_tail(self) -> str: ...
 
@@ -68,7 +72,7 @@ class DeployObserver(Protocol):
     def phases_skipped(self, skipped: list[PhaseChoice]) -> None: ...
 
     def run_started(self, run: AnsibleRun) -> None:
-        """The run about to start: cancel() it to stop Ansible (Ctrl-C)."""
+        """The run about to start: cancel() it to stop Ansible (Ctrl-C), kill() to stop it at once."""
 
     def event(self, event: Event) -> None: ...
 
