@@ -257,7 +257,7 @@ def unreachable(node: str, address: str) -> NodeReport:
     )
 
 
-def test_every_node_failing_preflight_exits_two(tmp_path: Path, preflight: FakePreflight) -> None:
+def test_every_node_failing_preflight_exits_four(tmp_path: Path, preflight: FakePreflight) -> None:
     spec = write_spec(tmp_path, SANDBOX)
     with_key(spec)
     preflight.reports = [

@@ -159,6 +159,8 @@ class _ProgressView:
         self.phase_task: TaskID | None = None
         self.phase = ""
         self.changed = 0
+        self.left_out: list[str] = []  # nodes preflight left out: every phase misses them
+        self.failed_here: list[str] = []  # nodes that failed or went unreachable in this phase
 
     def __enter__(self) -> _ProgressView:
         return self
@@ -183,6 +185,7 @@ class _ProgressView:
         if not self.out.json_mode:
             print_reports(self.out, reports)
             self.out.warn(f"leaving out {', '.join(report.node for report in bad)}: preflight failed (see above)")
+        self.left_out = [report.node for report in bad]
 
     def phases_skipped(self, skipped: list[Any]) -> None:
         for choice in skipped:
@@ -198,7 +201,7 @@ class _ProgressView:
 
         if isinstance(event, PhaseStarted):
             self._finish_phase()
-            self.phase, self.changed = event.phase, 0
+            self.phase, self.changed, self.failed_here = event.phase, 0, []
             self.phase_task = self.progress.add_task(f"[bold]{escape(event.phase)}[/]", total=None)
         elif isinstance(event, TaskStarted) and self.phase_task is not None:
             self.progress.update(
@@ -211,12 +214,23 @@ class _ProgressView:
                 self.changed += 1
             if event.status in {"failed", "unreachable"} and not event.ignored:
                 word = "unreachable" if event.status == "unreachable" else "failed"
+                if event.host not in self.failed_here:
+                    self.failed_here.append(event.host)
                 self.progress.console.print(
                     f"  [red]✗ {escape(event.host)}[/] {word}: [bold]{escape(event.task)}[/]: {escape(event.message)}"
                 )
 
     def _finish_phase(self, mark: str | None = None, word: str | None = None) -> None:
-        """Close the phase line: ✓ and its count of changes, or ``mark`` and ``word`` (✗ interrupted)."""
+        """Close the phase line: ✓ and its count of changes, or ``mark`` and ``word`` (✗ interrupted).
+
+        A phase some node failed in ends ✗ naming them; one that ran without
+        the nodes preflight left out ends "partial" naming those: ✓ would say
+        the whole cluster has it.
+        """
+        if mark is None and self.failed_here:
+            mark, word = "[red]✗[/]", f"[red]failed on {escape(', '.join(self.failed_here))}[/]"
+        elif mark is None and self.left_out:
+            mark, word = "[yellow]◐[/]", f"[yellow]partial, without {escape(', '.join(self.left_out))}[/]"
         if self.phase_task is not None:
             task = self.progress.tasks[self.phase_task]
             ending = f"{word} " if word else ""
