@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 
 from gpuclus.errors import GpuclusError
+from gpuclus.hints import with_spec
 from gpuclus.spec.findings import Finding, Severity
 
 _SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
@@ -26,6 +28,9 @@ class Output:
         self.json_mode = json_mode
         self.out = Console(highlight=False, soft_wrap=True)
         self.err = Console(stderr=True, highlight=False, soft_wrap=True)
+        # The spec the command works on (set once it is loaded): hints that name a
+        # gpuclus command get its path (hints.with_spec) when it is not ./cluster.yaml.
+        self.spec: Path | None = None
 
     # Results -----------------------------------------------------------------
     def emit(self, payload: dict[str, Any]) -> None:
@@ -54,6 +59,8 @@ class Output:
             self.err.print(f"[yellow]warning:[/] {escape(text)}")
 
     def fail(self, problem: GpuclusError, extra: dict[str, Any] | None = None) -> None:
+        if self.spec is not None:
+            problem.hint = with_spec(problem.hint, self.spec)
         if self.json_mode:
             self.emit({"ok": False, "error": problem.as_dict(), **(extra or {})})
             return

@@ -52,6 +52,7 @@ def load_checked_spec(path: Path, out: Output) -> Any:
     Prints warnings, and raises SpecInvalidError (exit 3) with every finding
     shown when the spec has errors. Returns the LoadedSpec.
     """
+    out.spec = path
     loaded = read_spec(path)
     counts = findings_summary(loaded.findings)
     failing = counts["error"] > 0
