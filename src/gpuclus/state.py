@@ -38,6 +38,16 @@ class StateDir:
     def known_hosts(self) -> Path:
         return self.ssh_dir / "known_hosts"
 
+    @property
+    def key_not_installed_marker(self) -> Path:
+        """Present while the key is one a plain preflight made here and gpuclus never installed on a node."""
+        return self.ssh_dir / "id_ed25519.not-installed"
+
+    @property
+    def sandbox_record(self) -> Path:
+        """`gpuclus sandbox up`'s record (sandbox/record.py): this directory's nodes are a sandbox."""
+        return self.root / "sandbox.json"
+
     def private_dir(self, path: Path) -> Path:
         """Create ``path`` (and the state root) as 0700 directories."""
         for directory in (self.root, path):
@@ -62,6 +72,9 @@ class StateDir:
         write_text_atomic(self.private_key, private, mode=0o600)
         write_text_atomic(self.public_key, public_line + "\n", mode=0o644)
         return public_line
+
+    def mark_key_not_installed(self) -> None:
+        write_text_atomic(self.key_not_installed_marker, "made by gpuclus preflight; not installed yet\n", mode=0o600)
 
     def set_known_host_keys(self, entries: dict[str, list[str]]) -> None:
         """Record host keys for addresses, replacing what was known for them.

@@ -161,6 +161,12 @@ def connect(target: SshTarget, timeout: float = 10.0, *, accept_new: bool = Fals
     return client
 
 
+def is_auth_failure(message: str) -> bool:
+    """Did the server refuse the login (wrong user, key not installed), as opposed to not answering?"""
+    lowered = message.lower()
+    return "authentication" in lowered or "permission denied" in lowered or "no authentication methods" in lowered
+
+
 def _accept_new_policy(known_hosts: Path) -> Any:
     import paramiko
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuclus.errors import ExitCode, GpuclusError, UsageError
+from gpuclus.hints import gpuclus_command
 from gpuclus.spec.topology import Node, Topology
 from gpuclus.ssh.client import (
     FIRST_CONTACT,
@@ -33,6 +34,7 @@ from gpuclus.ssh.client import (
     fingerprint,
     host_key,
     install_key,
+    is_auth_failure,
     key_label,
     known_hosts_name,
     run,
@@ -235,8 +237,12 @@ def run_preflight(
     min_disk_gb: float = 10.0,
     connector: Callable[[SshTarget], Any] = connect,
     only: list[str] | None = None,
+    advice: SshAdvice | None = None,
 ) -> list[NodeReport]:
-    """Probe the nodes (all, or those named in ``only``); the controller is always probed for clock skew."""
+    """Probe the nodes (all, or those named in ``only``); the controller is always probed for clock skew.
+
+    ``advice``: what the hint for a failed SSH login may say about this directory.
+    """
     names = " ".join(shlex.quote(node.name) for node in topology.nodes)
     probe = PROBE.replace("NAMES", names)
 
@@ -246,7 +252,8 @@ def run_preflight(
         try:
             client = connector(target)
         except SshFailure as failure:
-            report.checks.append(PreflightCheck("ssh", "fail", str(failure), _ssh_hint(str(failure), admin_user)))
+            hint = ssh_hint(str(failure), admin_user, advice or SshAdvice())
+            report.checks.append(PreflightCheck("ssh", "fail", str(failure), hint))
             return report
         try:
             result = run(client, probe, timeout=60)
@@ -275,12 +282,43 @@ def run_preflight(
     return reports[: len(chosen)]
 
 
-def _ssh_hint(message: str, admin_user: str) -> str:
+@dataclass(frozen=True)
+class SshAdvice:
+    """What a hint for a failed SSH login can say about the spec's directory."""
+
+    spec: Path | None = None  # named in the commands the hint suggests
+    sandbox: bool = False  # `gpuclus sandbox up` made these nodes (.gpuclus/sandbox.json beside the spec)
+    new_key: bool = False  # this directory's key was made by a plain preflight and never installed anywhere
+
+    @classmethod
+    def beside(cls, spec_path: Path) -> SshAdvice:
+        state = StateDir.beside(spec_path)
+        return cls(spec_path, state.sandbox_record.exists(), state.key_not_installed_marker.exists())
+
+
+def ssh_hint(message: str, admin_user: str, advice: SshAdvice) -> str:
+    """The hint for a node gpuclus could not log in to: a refused login is not a host that is down."""
     if "host key" in message:
         return "the node's host key changed: if it was reinstalled, remove its line from .gpuclus/ssh/known_hosts"
-    if "Authentication" in message or "auth" in message.lower():
-        return f"install gpuclus' key: `gpuclus preflight --password` (asks for {admin_user}'s password once)"
-    return "check the address, that sshd runs, and the firewall"
+    if not is_auth_failure(message):
+        return "check the address, that sshd runs, and the firewall"
+    spec = str(advice.spec) if advice.spec is not None else "the spec"
+    if advice.sandbox:
+        return (
+            f"authentication failed as {admin_user}: check cluster.admin_user in {spec}; gpuclus' key reaches "
+            f"sandbox nodes through `{gpuclus_command('sandbox up', advice.spec)}` (as it creates or starts them), "
+            "not through --password"
+        )
+    if advice.new_key:
+        return (
+            "this directory has its own new SSH key (.gpuclus/ssh/) that the nodes do not know: run gpuclus from "
+            "the directory where the cluster was set up, or copy its .gpuclus/ here; for a cluster new to "
+            f"gpuclus, install this key with `{gpuclus_command('preflight', advice.spec, '--password')}`"
+        )
+    return (
+        f"authentication failed as {admin_user}: check cluster.admin_user in {spec}, or install gpuclus' key "
+        f"with `{gpuclus_command('preflight', advice.spec, '--password')}`"
+    )
 
 
 def preflight_spec(
@@ -291,6 +329,9 @@ def preflight_spec(
     state = StateDir.beside(spec_path)
     if not state.private_key.exists():
         state.ensure_ssh_key()
+        if not state.sandbox_record.exists():
+            # A key no node knows yet: a login refused with it says so (SshAdvice.new_key).
+            state.mark_key_not_installed()
     return run_preflight(
         loaded.topology,
         loaded.spec.cluster.admin_user,
@@ -298,6 +339,7 @@ def preflight_spec(
         state.known_hosts,
         min_disk_gb=min_disk_gb,
         only=hosts,
+        advice=SshAdvice.beside(spec_path),
         # First contact with a real node: its host key is learned (accept-new, as Ansible does).
         connector=lambda target: connect(target, accept_new=True),
     )
@@ -499,6 +541,7 @@ def install_keys(
         try:
             target = SshTarget(node.address, user, state.private_key, state.known_hosts, SSH_PORT)
             install_key(target, password, public_key)
+            state.key_not_installed_marker.unlink(missing_ok=True)
             on_installed(node.name)
         except SshFailure as problem:
             failed.append(f"{node.name}: {problem}")
