@@ -90,8 +90,9 @@ def validate(
     on Ctrl-C. docs/validate.md describes each check and how to repeat it by hand.
 
     Exit 0 when no check failed (warnings and skips allowed), 1 when one
-    failed, 2 for bad options, 3 for an invalid spec, 4 when the controller
-    cannot be reached, 130 when interrupted.
+    failed or Slurm is not deployed on the controller, 2 for bad options, 3
+    for an invalid spec, 4 when the controller cannot be reached or refuses
+    the login, 130 when interrupted.
     """
     from gpuclus.validate.model import Level
     from gpuclus.validate.registry import all_checks, select
@@ -156,15 +157,18 @@ def _selected_nodes(topology: Any, nodes: str | None) -> list[Any]:
 def _run(out: Output, spec: Path, loaded: Any, checks: list[Any], depth: Any, selected: list[Any], image: str) -> Any:
     from gpuclus.state import StateDir
     from gpuclus.validate.context import Options
-    from gpuclus.validate.runner import connect_controller, run_checks
+    from gpuclus.validate.runner import connect_controller, require_slurm, run_checks
 
     state = StateDir.beside(spec)
     if not state.private_key.exists():
         raise UsageError(
-            f"no gpuclus SSH key in {state.ssh_dir}", "deploy the cluster first: `gpuclus deploy` creates it"
+            f"no gpuclus SSH key in {state.ssh_dir}",
+            "run validate from the directory the cluster was deployed from, or copy that directory's .gpuclus/ "
+            "here; a cluster not deployed yet: `gpuclus preflight --password`, then `gpuclus deploy`",
         )
     remote = connect_controller(loaded.spec, loaded.topology, state.private_key, state.known_hosts)
     try:
+        require_slurm(remote, loaded.topology.controller.name, spec)
         return run_checks(
             remote,
             loaded.spec,
@@ -172,7 +176,7 @@ def _run(out: Output, spec: Path, loaded: Any, checks: list[Any], depth: Any, se
             checks,
             level=depth,
             selected=selected,
-            options=Options(container_image=image),
+            options=Options(container_image=image, spec_path=spec),
             progress=None if out.json_mode else _progress_printer(out),
         )
     finally:
@@ -221,10 +225,14 @@ def _print_report(out: Output, report: Any) -> None:
         out.out.print(f"[{style}]{result.status.value.upper()} {escape(result.id)}[/]: {escape(result.title)}")
         if result.outcome.message:
             out.out.print(f"  {escape(result.outcome.message)}")
+        own_hints = True
         for node in result.outcome.nodes:
             if node.status.value in ("fail", "warn"):
                 out.out.print(f"  [{_STYLE[node.status.value]}]{escape(node.node)}[/]: {escape(node.message)}")
-        if result.outcome.hint:
+                if node.hint:
+                    out.out.print(f"    [dim]hint:[/] {escape(node.hint)}")
+                own_hints = own_hints and bool(node.hint)
+        if result.outcome.hint and not (own_hints and result.failed_nodes):
             out.out.print(f"  [dim]hint:[/] {escape(result.outcome.hint)}")
     for result in report.results:
         if result.status.value == "skip" and result.outcome.message:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gpuclus.spec.models import ClusterSpec, Role
@@ -17,7 +18,7 @@ from gpuclus.spec.topology import Node, SlurmPartition, Topology, slurm_partitio
 from gpuclus.ssh.client import CommandResult
 from gpuclus.validate import slurm
 from gpuclus.validate.model import NodeResult, Status
-from gpuclus.validate.remote import Remote
+from gpuclus.validate.remote import TIMED_OUT, Remote
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class Options:
     container_image: str = "ubuntu:22.04"
     # How long a job may wait for its nodes before it counts as failed.
     queue_wait_s: int = 30
+    # The spec on the command line: hints name it in the gpuclus commands they suggest.
+    spec_path: Path | None = None
 
 
 @dataclass
@@ -139,8 +142,27 @@ class Context:
         ]
         return usable, skips
 
+    # --- nodes that cannot be reached ---------------------------------------------
+    @property
+    def unreachable(self) -> dict[str, str]:
+        """Nodes an SSH hop from the controller could not reach in this run, with ssh's words."""
+        found: dict[str, str] = self.memo.setdefault("unreachable", {})
+        return found
+
+    def unreachable_hint(self, names: list[str]) -> str:
+        nodes = ", ".join(names) or "the node"
+        return (
+            f"{nodes} cannot be reached from {self.controller.name} over SSH: start it or fix its network "
+            "(the error says which), then `gpuclus preflight` checks SSH to every node; "
+            "this check's own hint applies once it answers"
+        )
+
     def ssh_each(self, command: str, nodes: list[Node], timeout: float = 30.0) -> dict[str, CommandResult]:
-        """Run ``command`` on each node through the controller's SSH trust (for what must not need Slurm)."""
+        """Run ``command`` on each node through the controller's SSH trust (for what must not need Slurm).
+
+        A node whose SSH hop fails (ssh's own error, exit 255, or no answer in
+        time) is remembered in ``unreachable``, so later checks name that cause.
+        """
         lines = {}
         for node in nodes:
             if node.name == self.controller.name:
@@ -150,4 +172,28 @@ class Context:
                     "ssh -o BatchMode=yes -o ConnectTimeout=10 -o StrictHostKeyChecking=yes "
                     f"{shlex.quote(node.name)} {shlex.quote(command)}"
                 )
-        return self.remote.run_many(lines, timeout=timeout)
+        results = self.remote.run_many(lines, timeout=timeout)
+        for node in nodes:
+            if node.name == self.controller.name:
+                continue
+            cause = ssh_failure(results[node.name])
+            if cause is not None:
+                self.unreachable[node.name] = cause
+        return results
+
+
+# ssh exits 255 for its own errors (connect, resolve, host key, login), else with the command's status.
+SSH_ERROR = 255
+
+
+def ssh_failure(result: CommandResult) -> str | None:
+    """Why an ``ssh NODE CMD`` from the controller did not reach NODE, or None when it did."""
+    if result.exit_status == TIMED_OUT and not result.stdout.strip():
+        return "no answer over SSH in time"
+    if result.exit_status != SSH_ERROR:
+        return None
+    lines = [line.strip() for line in result.stderr.splitlines() if line.strip()]
+    said = next((line for line in lines if line.startswith("ssh:") or "Permission denied" in line), None)
+    if said is None and lines:
+        said = lines[-1]
+    return said or "ssh exited 255"

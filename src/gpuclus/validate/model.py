@@ -53,6 +53,9 @@ class NodeResult:
     value: float | int | str | None = None
     expected: str | None = None  # e.g. ">= 20" or "2 x h100"
     unit: str | None = None
+    # This node's own hint when its cause is not the check's (a node that cannot be reached
+    # fails munge for that reason, not for its key); failures() and the table show it instead.
+    hint: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {

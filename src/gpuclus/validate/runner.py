@@ -11,15 +11,16 @@ import contextlib
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpuclus.errors import ExitCode
+from gpuclus.errors import ExitCode, GpuclusError
+from gpuclus.hints import with_spec
 from gpuclus.spec.models import ClusterSpec
 from gpuclus.spec.topology import Node, Topology
-from gpuclus.ssh.client import SshFailure, SshTarget, connect
+from gpuclus.ssh.client import SshFailure, SshTarget, connect, is_auth_failure
 from gpuclus.validate import slurm
 from gpuclus.validate.check import Check
 from gpuclus.validate.context import Context, Options
@@ -57,7 +58,9 @@ class Report:
             if not failing:
                 found.append({"check": result.id, "node": None, "message": result.outcome.message, "hint": hint})
             for node in failing:
-                found.append({"check": result.id, "node": node.node, "message": node.message, "hint": hint})
+                found.append(
+                    {"check": result.id, "node": node.node, "message": node.message, "hint": node.hint or hint}
+                )
         return found
 
     def per_node(self) -> dict[str, dict[str, str]]:
@@ -98,8 +101,28 @@ def connect_controller(spec: ClusterSpec, topology: Topology, key_file: Path, kn
     except SshFailure as failure:
         raise SshFailure(
             f"controller {controller.name} unreachable: {failure.message}",
-            "is it up and is sshd running? `gpuclus preflight` checks every node",
+            controller_hint(failure.message, spec.cluster.admin_user),
         ) from None
+
+
+def controller_hint(message: str, admin_user: str) -> str:
+    """What to do when SSH to the controller failed: a login refused is not a host that is down."""
+    if "host key" in message:
+        return "the controller's host key changed: if it was reinstalled, remove its line from .gpuclus/ssh/known_hosts"
+    if is_auth_failure(message):
+        return (
+            f"the controller refused gpuclus' key as {admin_user}: check cluster.admin_user in the spec, and run "
+            "validate from the directory the cluster was deployed from (its .gpuclus/ssh/ holds the key the nodes "
+            "know); `gpuclus preflight` shows it for every node"
+        )
+    return "is it up and is sshd running? `gpuclus preflight` checks every node"
+
+
+def require_slurm(remote: Remote, controller: str, spec_path: Path | None = None) -> None:
+    """Stop before any check when the controller has no Slurm at all: the one thing to say is "deploy first"."""
+    missing = slurm.not_deployed(remote.run("scontrol ping", timeout=30))
+    if missing is not None:
+        raise slurm.SlurmNotDeployed(controller, missing, spec_path)
 
 
 def run_checks(
@@ -138,8 +161,8 @@ def _run_one(check: Check, ctx: Context, earlier: list[CheckResult]) -> CheckRes
         outcome = Outcome(status=Status.SKIP, message=blocked)
     else:
         try:
-            outcome = check.run(ctx)
-        except SshFailure:
+            outcome = _spec_in_hints(check.run(ctx), ctx.options.spec_path)
+        except GpuclusError:  # SshFailure, Slurm not deployed: the run cannot go on
             raise
         except OSError as problem:  # the SSH session broke: nothing after this can run either
             raise SshFailure(f"lost the connection to the controller: {problem}") from None
@@ -150,6 +173,14 @@ def _run_one(check: Check, ctx: Context, earlier: list[CheckResult]) -> CheckRes
                 hint="this is a gpuclus bug; please report it with `gpuclus validate --json` output",
             )
     return CheckResult(check.id, check.stage, check.level, check.title, outcome, time.monotonic() - started)
+
+
+def _spec_in_hints(outcome: Outcome, spec: Path | None) -> Outcome:
+    """The check's hints with the spec's path in the gpuclus commands they suggest."""
+    if spec is None:
+        return outcome
+    nodes = [replace(node, hint=with_spec(node.hint, spec)) if node.hint else node for node in outcome.nodes]
+    return replace(outcome, nodes=nodes, hint=with_spec(outcome.hint, spec))
 
 
 def _blocked_by(check: Check, earlier: list[CheckResult]) -> str | None:

@@ -10,7 +10,10 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
+from gpuclus.errors import GpuclusError
+from gpuclus.hints import gpuclus_command
 from gpuclus.ssh.client import CommandResult
 from gpuclus.validate.remote import TIMED_OUT
 
@@ -186,3 +189,26 @@ def first_error_line(stderr: str, default: str = "") -> str:
             return line.strip()
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     return lines[-1] if lines else default
+
+
+# --- is Slurm there at all ----------------------------------------------------
+
+
+class SlurmNotDeployed(GpuclusError):
+    """The controller has no Slurm (no scontrol, no slurm.conf): nothing to validate yet (exit 1)."""
+
+    def __init__(self, controller: str, detail: str, spec: Path | None = None) -> None:
+        super().__init__(
+            f"Slurm is not deployed on {controller} ({detail})",
+            f"run `{gpuclus_command('deploy', spec)}` first, then validate",
+        )
+
+
+def not_deployed(ping: CommandResult) -> str | None:
+    """What `scontrol ping` says when Slurm is not installed or not configured on the controller, else None."""
+    text = ping.stdout + ping.stderr
+    if ping.exit_status == 127 or "command not found" in text or "scontrol: not found" in text:
+        return "scontrol: command not found"
+    if "slurm.conf" in text and ("No such file" in text or "unable to stat" in text or "can't stat" in text):
+        return "no /etc/slurm/slurm.conf"
+    return None

@@ -13,6 +13,9 @@ RESUME_HINT = "fix the cause, then `sudo scontrol update nodename=NODE state=res
 
 def slurmctld_answers(ctx: Context) -> Outcome:
     result = ctx.run("scontrol ping", timeout=30)
+    missing = slurm.not_deployed(result)
+    if missing is not None:  # also when the runner's own look found Slurm (--only without this check)
+        raise slurm.SlurmNotDeployed(ctx.controller.name, missing, ctx.options.spec_path)
     text = (result.stdout + result.stderr).strip()
     up = result.exit_status == 0 and " is UP" in text
     return Outcome(
@@ -109,10 +112,19 @@ def gres_matches_spec(ctx: Context) -> Outcome:
         if model and want and f"gpu:{model}" not in gres:
             problems.append(f"GRES type {model} missing (Gres={fields.get('Gres')})")
         status = Status.FAIL if problems else Status.PASS
+        state = slurm.NodeState.parse(fields.get("State", "UNKNOWN"))
+        hint = None
+        if problems and not state.usable:
+            # A node that is down or never registered: its state is the first thing to fix, not the spec.
+            problems.append(f"Slurm reports the node {state}")
+            hint = f"{node.name} is {state} in Slurm (see cluster.node-states): bring it back first; " + GRES_HINT
         results.append(
-            NodeResult(node.name, status, "; ".join(problems) or fields.get("Gres", ""), have, expected, "GPUs")
+            NodeResult(node.name, status, "; ".join(problems) or fields.get("Gres", ""), have, expected, "GPUs", hint)
         )
-    return Outcome(results, hint="`gpuclus deploy --only slurm` renders slurm.conf and gres.conf from the spec again")
+    return Outcome(results, hint=GRES_HINT)
+
+
+GRES_HINT = "`gpuclus deploy --only slurm` renders slurm.conf and gres.conf from the spec again"
 
 
 CHECKS = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shlex
 import time
+from dataclasses import replace
 
 from gpuclus.spec import hostlist
 from gpuclus.spec.topology import Node
@@ -31,19 +32,30 @@ def munge_decodes(ctx: Context) -> Outcome:
     nodes = [node for node in ctx.selected if node.name != ctx.controller.name]
     answers = ctx.ssh_each(f"printf '%s\\n' {shlex.quote(token)} | {_UNMUNGE}", nodes)
     results = []
+    cut_off = [node.name for node in nodes if node.name in ctx.unreachable]
     for node in nodes:
         answer = answers[node.name]
         first = (answer.stdout.strip().splitlines() or [""])[0]
-        if answer.exit_status == 0 and "Success" in first:
+        if node.name in cut_off:
+            # ssh never got there: nothing is known about its munge key.
+            message = f"{node.name} unreachable: {ctx.unreachable[node.name]}"
+            results.append(NodeResult(node.name, Status.FAIL, message, hint=ctx.unreachable_hint([node.name])))
+        elif answer.exit_status == 0 and "Success" in first:
             results.append(NodeResult(node.name, Status.PASS, "credential from the controller decodes"))
         else:
             detail = first or slurm.first_error_line(answer.stderr, f"exit {answer.exit_status}")
             results.append(NodeResult(node.name, Status.FAIL, detail))
+    munge_failed = any(r.status is Status.FAIL and r.node not in cut_off for r in results)
     return Outcome(
         results,
-        hint="every node needs the controller's /etc/munge/munge.key (0400 munge) and a running munged: "
-        "`gpuclus deploy --only slurm` puts the key back; clocks must agree within a few minutes",
+        hint=_MUNGE_HINT if munge_failed or not cut_off else ctx.unreachable_hint(cut_off),
     )
+
+
+_MUNGE_HINT = (
+    "every node needs the controller's /etc/munge/munge.key (0400 munge) and a running munged: "
+    "`gpuclus deploy --only slurm` puts the key back; clocks must agree within a few minutes"
+)
 
 
 def _hostname_command() -> str:
@@ -84,11 +96,22 @@ def srun_everywhere(ctx: Context) -> Outcome:
             else:
                 results[node.name] = NodeResult(node.name, Status.FAIL, slurm.job_failure(one))
     ctx.memo["launch_failed"] = {name for name, result in results.items() if result.status is Status.FAIL}
+    cut_off = []
+    for name, result in results.items():
+        if result.status is Status.FAIL and name in ctx.unreachable:
+            # The job failed because the node is gone, not because of slurmd: say so.
+            message = f"{result.message}; {name} unreachable: {ctx.unreachable[name]}"
+            results[name] = replace(result, message=message, hint=ctx.unreachable_hint([name]))
+            cut_off.append(name)
+    slurmd_hint = (
+        "on the failing node: `systemctl status slurmd munge` and /var/log/slurm/slurmd.log; "
+        "then `sudo scontrol update nodename=NODE state=resume` on the controller"
+    )
+    others_failed = any(r.status is Status.FAIL and name not in cut_off for name, r in results.items())
     return Outcome(
         [results[node.name] for node in ctx.compute if node.name in results],
         message="; ".join(messages),
-        hint="on the failing node: `systemctl status slurmd munge` and /var/log/slurm/slurmd.log; "
-        "then `sudo scontrol update nodename=NODE state=resume` on the controller",
+        hint=slurmd_hint if others_failed or not cut_off else ctx.unreachable_hint(cut_off),
     )
 
 
@@ -154,13 +177,21 @@ def gres_devices_exist(ctx: Context) -> Outcome:
     nodes, unlaunchable = ctx.launchable(ctx.gpu_nodes)
     answers = ctx.srun_each(_GRES_PROBE, nodes, time_limit_s=60)
     # Where no job starts, a bad gres.conf is a likely cause (slurmd refuses
-    # to start on a missing device file): ask over SSH instead.
-    dead = [node for node in ctx.gpu_nodes if node.name in {result.node for result in unlaunchable}]
+    # to start on a missing device file): ask over SSH instead, unless SSH
+    # already could not reach the node in this run.
+    dead_names = {result.node for result in unlaunchable}
+    dead = [node for node in ctx.gpu_nodes if node.name in dead_names and node.name not in ctx.unreachable]
     answers.update(ctx.ssh_each(_GRES_PROBE, dead, timeout=60))
-    nodes = [node for node in ctx.gpu_nodes if node.name in answers]
     results = []
-    for node in nodes:
-        answer = answers[node.name]
+    for node in ctx.gpu_nodes:
+        answer = answers.get(node.name)
+        if (answer is None or answer.exit_status != 0) and node.name in ctx.unreachable:
+            # Not gres.conf's fault: nothing reached the node (munge or the probe found that).
+            message = f"{node.name} unreachable, GRES not checked: {ctx.unreachable[node.name]}"
+            results.append(NodeResult(node.name, Status.SKIP, message))
+            continue
+        if answer is None:
+            continue
         if answer.exit_status != 0:
             results.append(NodeResult(node.name, Status.FAIL, "probe job failed: " + slurm.job_failure(answer)))
             continue
