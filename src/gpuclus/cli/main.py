@@ -19,6 +19,7 @@ from gpuclus.cli import init as init_cli
 from gpuclus.cli import plan as plan_cli
 from gpuclus.cli import preflight as preflight_cli
 from gpuclus.cli import render as render_cli
+from gpuclus.cli import runs as runs_cli
 from gpuclus.cli import sandbox as sandbox_cli
 from gpuclus.cli import spec as spec_cli
 from gpuclus.cli import validate as validate_cli
@@ -70,7 +71,7 @@ app.add_typer(sandbox_cli.app, name="sandbox")
 app.command("preflight", epilog=EPILOG)(preflight_cli.preflight)
 app.command("plan", epilog=EPILOG)(plan_cli.plan)
 app.command("deploy", epilog=EPILOG)(deploy_cli.deploy)
-app.add_typer(deploy_cli.runs_app, name="runs")
+app.add_typer(runs_cli.runs_app, name="runs")
 app.command("validate", epilog=EPILOG)(validate_cli.validate)
 
 
