@@ -120,6 +120,17 @@ def test_a_stopped_compute_node_is_named(cluster: Cluster) -> None:
         assert code == 1
         assert ("launch.srun", GPU2) in failing(report)
         assert {node for _check, node in failing(report)} == {GPU2}
+        # The real cause is named (the node cannot be reached), and neither its munge key
+        # nor gres.conf / gpus.count is blamed for it (issue 12 item 6).
+        for failure in report["failures"]:
+            assert "munge.key" not in (failure["hint"] or ""), failure
+            assert "gpus.count" not in (failure["hint"] or ""), failure
+        munge = [f for f in report["failures"] if f["check"] == "launch.munge"]
+        assert all(f["message"].startswith(f"{GPU2} unreachable: ") for f in munge), munge
+        assert ("launch.gres-devices", GPU2) not in failing(report)
+        gres = next(check for check in report["checks"] if check["id"] == "launch.gres-devices")
+        states = {node["node"]: (node["status"], node["message"]) for node in gres["nodes"]}
+        assert states[GPU2][0] == "skip" and "unreachable" in states[GPU2][1], states
     finally:
         # The admin's repair: start the node (sandbox up starts stopped nodes, same addresses).
         up = gpuclus(*SANDBOX_UP, "--spec", str(cluster.spec))
