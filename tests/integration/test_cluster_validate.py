@@ -125,6 +125,7 @@ def test_a_stopped_compute_node_is_named(cluster: Cluster) -> None:
         for failure in report["failures"]:
             assert "munge.key" not in (failure["hint"] or ""), failure
             assert "gpus.count" not in (failure["hint"] or ""), failure
+            assert "prometheus-node-exporter" not in (failure["hint"] or ""), failure
         munge = [f for f in report["failures"] if f["check"] == "launch.munge"]
         assert all(f["message"].startswith(f"{GPU2} unreachable: ") for f in munge), munge
         assert ("launch.gres-devices", GPU2) not in failing(report)

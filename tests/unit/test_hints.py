@@ -46,7 +46,7 @@ from gpuclus.ssh.preflight import SshAdvice, ssh_hint
 from gpuclus.state import StateDir
 from gpuclus.validate import runner as validate_runner
 from gpuclus.validate import slurm
-from gpuclus.validate.checks import accounting, cluster, launch
+from gpuclus.validate.checks import accounting, cluster, launch, monitoring
 from gpuclus.validate.model import Level, Status
 from gpuclus.validate.registry import all_checks
 from gpuclus.validate.runner import controller_hint, require_slurm, run_checks
@@ -64,6 +64,7 @@ def gpu02_stopped() -> StubRemote:
     remote = healthy_remote()
     remote.prefer("scontrol --oneliner", ok(STOPPED))
     remote.prefer(("ssh -o BatchMode", f" {GPU02} "), SSH_TIMED_OUT)
+    remote.prefer(("%{http_code}", "10.213.0.12:9100"), ok("000"))  # its node exporter is gone with it
     return remote
 
 
@@ -205,15 +206,34 @@ def test_a_quick_run_with_a_stopped_compute_node_names_it_unreachable_and_blames
     )
     failures = report.failures()
     assert {failure["node"] for failure in failures} == {GPU02}
-    assert {failure["check"] for failure in failures} == {"cluster.node-states", "launch.munge", "launch.srun"}
+    assert {failure["check"] for failure in failures} == {
+        "cluster.node-states",
+        "launch.munge",
+        "launch.srun",
+        "monitoring.targets",
+    }
     for failure in failures:
         assert "munge.key" not in failure["hint"] and "gpus.count" not in failure["hint"], failure
+        assert "prometheus-node-exporter" not in failure["hint"], failure
     by_check = {failure["check"]: failure for failure in failures}
     assert by_check["launch.munge"]["message"].startswith("val-gpu02 unreachable: ssh: connect to host")
     assert "unreachable" in by_check["launch.srun"]["message"]
     assert "down+not_responding" in by_check["launch.srun"]["message"]
     gres = next(result for result in report.results if result.id == "launch.gres-devices")
     assert {row.node: row.status for row in gres.outcome.nodes} == {GPU01: Status.PASS, GPU02: Status.SKIP}
+
+
+def test_monitoring_blames_a_stopped_exporter_only_on_nodes_that_answer() -> None:
+    remote = gpu02_stopped().prefer(("%{http_code}", "10.213.0.11:9100"), ok("000"))
+    ctx = context(remote)
+    launch.munge_decodes(ctx)
+    outcome = monitoring.targets_up(ctx)
+    rows = by_node(outcome)
+    assert rows[GPU01].hint is None and outcome.hint and "prometheus-node-exporter" in outcome.hint
+    assert rows[GPU02].message.endswith(
+        "; val-gpu02 unreachable: ssh: connect to host val-gpu02 port 22: Connection timed out"
+    )
+    assert rows[GPU02].hint and "prometheus-node-exporter" not in rows[GPU02].hint
 
 
 def test_validate_json_hints_name_the_spec_it_was_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

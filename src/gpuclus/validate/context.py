@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +156,23 @@ class Context:
             "(the error says which), then `gpuclus preflight` checks SSH to every node; "
             "this check's own hint applies once it answers"
         )
+
+    def name_unreachable(self, results: list[NodeResult]) -> tuple[list[NodeResult], list[str]]:
+        """FAIL rows of nodes SSH could not reach, with that cause added and a hint about the node.
+
+        Returns the rows and the names so marked: a check whose failures are all
+        such nodes gives the unreachable hint, not its own.
+        """
+        marked = []
+        rows = []
+        for row in results:
+            cause = self.unreachable.get(row.node)
+            if row.status is Status.FAIL and cause is not None:
+                message = f"{row.message}; {row.node} unreachable: {cause}"
+                row = replace(row, message=message, hint=self.unreachable_hint([row.node]))
+                marked.append(row.node)
+            rows.append(row)
+        return rows, marked
 
     def ssh_each(self, command: str, nodes: list[Node], timeout: float = 30.0) -> dict[str, CommandResult]:
         """Run ``command`` on each node through the controller's SSH trust (for what must not need Slurm).

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import shlex
 import time
-from dataclasses import replace
 
 from gpuclus.spec import hostlist
 from gpuclus.spec.topology import Node
@@ -96,20 +95,15 @@ def srun_everywhere(ctx: Context) -> Outcome:
             else:
                 results[node.name] = NodeResult(node.name, Status.FAIL, slurm.job_failure(one))
     ctx.memo["launch_failed"] = {name for name, result in results.items() if result.status is Status.FAIL}
-    cut_off = []
-    for name, result in results.items():
-        if result.status is Status.FAIL and name in ctx.unreachable:
-            # The job failed because the node is gone, not because of slurmd: say so.
-            message = f"{result.message}; {name} unreachable: {ctx.unreachable[name]}"
-            results[name] = replace(result, message=message, hint=ctx.unreachable_hint([name]))
-            cut_off.append(name)
+    # A job that failed because the node is gone (munge's SSH hop found that) is not slurmd's fault: say so.
+    rows, cut_off = ctx.name_unreachable([results[node.name] for node in ctx.compute if node.name in results])
     slurmd_hint = (
         "on the failing node: `systemctl status slurmd munge` and /var/log/slurm/slurmd.log; "
         "then `sudo scontrol update nodename=NODE state=resume` on the controller"
     )
-    others_failed = any(r.status is Status.FAIL and name not in cut_off for name, r in results.items())
+    others_failed = any(row.status is Status.FAIL and row.node not in cut_off for row in rows)
     return Outcome(
-        [results[node.name] for node in ctx.compute if node.name in results],
+        rows,
         message="; ".join(messages),
         hint=slurmd_hint if others_failed or not cut_off else ctx.unreachable_hint(cut_off),
     )

@@ -54,11 +54,17 @@ def targets_up(ctx: Context) -> Outcome:
         for node in ctx.selected
         if not any(job == "node" for job, _status, _text in by_instance.get(node.name, []))
     ]
+    # An exporter on a node SSH could not reach (launch.munge found it) is down with its node.
+    results, cut_off = ctx.name_unreachable(results)
+    exporter_hint = (
+        "on the named node: `systemctl status prometheus-node-exporter` (port 9100); "
+        "`gpuclus deploy --only monitoring` starts it again"
+    )
+    others_failed = any(row.status is Status.FAIL and row.node not in cut_off for row in results)
     return Outcome(
         results,
         message=f"{len(targets)} target(s) on {server.name}",
-        hint="on the named node: `systemctl status prometheus-node-exporter` (port 9100); "
-        "`gpuclus deploy --only monitoring` starts it again",
+        hint=exporter_hint if others_failed or not cut_off else ctx.unreachable_hint(cut_off),
     )
 
 
