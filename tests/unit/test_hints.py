@@ -25,6 +25,7 @@ from validate_stubs import (
     GPU02,
     HEAD,
     SANDBOX_SPEC,
+    SRUN_NODES_BUSY,
     SSH_TIMED_OUT,
     UNMUNGE_BAD_KEY,
     StubRemote,
@@ -46,7 +47,7 @@ from gpuclus.ssh.preflight import SshAdvice, ssh_hint
 from gpuclus.state import StateDir
 from gpuclus.validate import runner as validate_runner
 from gpuclus.validate import slurm
-from gpuclus.validate.checks import accounting, cluster, launch, monitoring
+from gpuclus.validate.checks import accounting, cluster, launch, monitoring, storage
 from gpuclus.validate.model import Level, Status
 from gpuclus.validate.registry import all_checks
 from gpuclus.validate.runner import controller_hint, require_slurm, run_checks
@@ -234,6 +235,20 @@ def test_monitoring_blames_a_stopped_exporter_only_on_nodes_that_answer() -> Non
         "; val-gpu02 unreachable: ssh: connect to host val-gpu02 port 22: Connection timed out"
     )
     assert rows[GPU02].hint and "prometheus-node-exporter" not in rows[GPU02].hint
+
+
+def test_storage_names_a_reader_ssh_could_not_reach_instead_of_blaming_nfs() -> None:
+    remote = gpu02_stopped()
+    ctx = context(remote)
+    launch.munge_decodes(ctx)
+    # Slurm has not noticed yet: the read job is tried there, and cannot start.
+    remote.prefer(("nfs-cat", "--nodelist=val-gpu02"), SRUN_NODES_BUSY)
+    outcome = storage.shared_file_visible(ctx)
+    row = by_node(outcome)[GPU02]
+    assert row.status is Status.FAIL
+    assert row.message.endswith("; val-gpu02 unreachable: ssh: connect to host val-gpu02 port 22: Connection timed out")
+    assert outcome.hint and "nfs-ganesha" not in outcome.hint
+    assert by_node(outcome)[GPU01].status is Status.PASS
 
 
 def test_validate_json_hints_name_the_spec_it_was_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

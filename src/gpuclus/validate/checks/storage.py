@@ -72,13 +72,18 @@ def shared_file_visible(ctx: Context) -> Outcome:
             results[node.name].append(_judge(node, export, answers.get(node.name), ctx))
     if problems:
         return Outcome(status=Status.FAIL, message="; ".join(problems), hint="check the export directory on the server")
-    merged = [_merge(node.name, results[node.name]) for node in readers]
+    # A node read over SSH that SSH could not reach says so, not that NFS is broken.
+    merged, cut_off = ctx.name_unreachable([_merge(node.name, results[node.name]) for node in readers])
+    nfs_hint = (
+        f"on {server.name}: is the export still in /etc/exports (or ganesha.conf) and the NFS server running "
+        "(`systemctl status nfs-server nfs-ganesha`)? on the node: `findmnt -T MOUNT`, `mount -a`; "
+        "`gpuclus deploy --only nfs` puts both back"
+    )
+    others_failed = any(row.status is Status.FAIL and row.node not in cut_off for row in merged)
     return Outcome(
         merged,
         message=f"server {server.name}, {len(exports)} export(s)",
-        hint=f"on {server.name}: is the export still in /etc/exports (or ganesha.conf) and the NFS server running "
-        "(`systemctl status nfs-server nfs-ganesha`)? on the node: `findmnt -T MOUNT`, `mount -a`; "
-        "`gpuclus deploy --only nfs` puts both back",
+        hint=nfs_hint if others_failed or not cut_off else ctx.unreachable_hint(cut_off),
     )
 
 
