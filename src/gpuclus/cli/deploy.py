@@ -16,14 +16,8 @@ from rich.text import Text
 
 from gpuclus.cli.common import DEFAULT_SPEC, JsonOption, handled, load_checked_spec
 from gpuclus.cli.completion import complete_phases
-from gpuclus.errors import UsageError
+from gpuclus.hints import gpuclus_command
 from gpuclus.output import Output
-
-runs_app = typer.Typer(
-    help="Records of past deploys: phases, per-host results, durations, failures.",
-    no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
 
 PHASES_HELP = "Comma-separated phases: base, nfs, nvidia, slurm, containers, monitoring."
 
@@ -121,12 +115,6 @@ def deploy(
             _print_summary(out, result.record, result.seconds)
         if result.exit_code != 0:
             raise typer.Exit(int(result.exit_code))
-
-
-def _state(spec: Path) -> Any:
-    from gpuclus.state import StateDir
-
-    return StateDir.beside(spec)
 
 
 class _PhaseMark(SpinnerColumn):
@@ -275,68 +263,5 @@ def _print_summary(out: Output, record: Any, seconds: float) -> None:
     elif record.error:
         out.result(f"  Ansible said: {escape(record.error)}")
     if failed:
-        out.result(f"  failed or unreachable: {escape(', '.join(failed))} — fix, then `gpuclus deploy --retry-failed`")
-
-
-@runs_app.command("list")
-def runs_list(
-    spec: Annotated[Path, typer.Option("--spec", help="Cluster spec whose runs to list.")] = DEFAULT_SPEC,
-    json_mode: JsonOption = False,
-) -> None:
-    """List deploy runs, newest first: id, status, changed, duration, phases."""
-    from gpuclus.deploy.records import list_records
-
-    out = Output(json_mode=json_mode)
-    with handled(out):
-        found = list_records(_state(spec))
-        if json_mode:
-            out.emit({"ok": True, "runs": [record.as_dict() for record in found]})
-            return
-        if not found:
-            out.result("no deploy runs recorded here yet")
-            return
-        table = Table(box=None, pad_edge=False)
-        for column in ("run", "status", "changed", "seconds", "phases", "limit"):
-            table.add_column(column)
-        for record in found:
-            colour = "green" if record.status == "successful" else "red"
-            table.add_row(
-                record.id,
-                f"[{colour}]{record.status}[/]",
-                str(record.changed_total()),
-                f"{record.seconds:.0f}",
-                ",".join(phase.name for phase in record.phases),
-                escape(record.limit or ""),
-            )
-        out.out.print(table)
-
-
-@runs_app.command("show")
-def runs_show(
-    run_id: Annotated[str, typer.Argument(help="Run id (a unique prefix is enough).")],
-    spec: Annotated[Path, typer.Option("--spec", help="Cluster spec the run belongs to.")] = DEFAULT_SPEC,
-    json_mode: JsonOption = False,
-) -> None:
-    """Show one run: spec hash, phases with durations, per-host results, failures."""
-    from gpuclus.deploy.records import load_record
-
-    out = Output(json_mode=json_mode)
-    with handled(out):
-        record = load_record(_state(spec), run_id)
-        if record is None:
-            raise UsageError(f"no single run matches {run_id!r}", "see `gpuclus runs list`")
-        if json_mode:
-            out.emit({"ok": True, **record.as_dict()})
-            return
-        out.result(
-            f"[bold]run {record.id}[/]  {record.status}  {record.seconds:.0f} s  spec sha256 {record.spec_sha256[:12]}"
-        )
-        for phase in record.phases:
-            out.result(
-                f"  {phase.name:<11} {phase.seconds:6.1f} s  {phase.tasks} tasks, "
-                f"{phase.changed} changed, {phase.failed} failed"
-            )
-        _print_summary(out, record, record.seconds)
-        for failure in record.failures:
-            kind = "unreachable" if failure.unreachable else "failed"
-            out.result(f"  [red]✗ {escape(failure.host)}[/] {kind}: {escape(failure.task)}: {escape(failure.message)}")
+        retry = gpuclus_command("deploy", record.spec, "--retry-failed")
+        out.result(f"  failed or unreachable: {escape(', '.join(failed))} — fix, then `{escape(retry)}`")
