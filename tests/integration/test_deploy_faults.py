@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from gpuclus.deploy import processes
 from gpuclus.sandbox.image import ADMIN_USER
 from gpuclus.ssh.client import SshTarget, run_once
 from gpuclus.state import StateDir
@@ -78,18 +79,8 @@ def spec(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def live_processes() -> dict[int, str]:
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        except (OSError, IndexError):
-            continue
-        if state not in {"Z", "X"}:
-            found[int(entry.name)] = command
-    return found
+    """Running processes (zombies left out) and their command lines, as the runner's own /proc reader sees them."""
+    return {pid: processes.command_line(pid) for pid, info in processes.all_processes().items() if info.alive}
 
 
 def carries_marker(pid: int) -> bool:

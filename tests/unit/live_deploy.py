@@ -25,6 +25,7 @@ from typing import Any
 
 from deploy_specs import THREE_NODE_SPEC
 
+from gpuclus.deploy import processes
 from gpuclus.state import StateDir
 
 NODES = ["gpu01", "gpu02", "head"]  # as the record sorts them
@@ -185,22 +186,10 @@ def _default_signals() -> None:
 
 
 def _live_processes() -> dict[int, str]:
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        except (OSError, IndexError):
-            continue
-        if state not in {"Z", "X"}:
-            found[int(entry.name)] = command
-    return found
+    """Running processes (zombies left out) and their command lines, as the runner's own /proc reader sees them."""
+    return {pid: processes.command_line(pid) for pid, info in processes.all_processes().items() if info.alive}
 
 
 def _parent(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
+    info = processes.read_process(pid)
+    return info.ppid if info is not None else 0
