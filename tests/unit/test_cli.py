@@ -201,6 +201,43 @@ def test_usage_errors_exit_two(capsys: pytest.CaptureFixture[str]) -> None:
     assert "No such" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["runs", "list", "--json", "--bogus"], "No such option: --bogus"),
+        (["validate", "--json", "--level"], "Option '--level' requires an argument"),
+        (["spec", "check", "--json", "a.yaml", "b.yaml"], "Got unexpected extra argument"),
+        (["no-such-command", "--json"], "No such command"),
+    ],
+)
+def test_usage_errors_under_json_are_json(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    # A script that passed --json parses stdout: typer's usage box on stderr left it nothing to parse.
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    payload = json.loads(captured.out)
+    assert payload["ok"] is False
+    # The shape every other error has under --json (output.Output.fail).
+    assert set(payload["error"]) == {"message", "hint", "exit_code"}
+    assert payload["error"]["exit_code"] == 2
+    assert message in payload["error"]["message"]
+    assert "--help" in payload["error"]["hint"]
+    assert "Usage:" not in captured.err
+
+
+def test_usage_errors_without_json_keep_typers_box(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runs", "list", "--bogus"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "Usage: gpuclus runs list" in captured.err
+
+
+def test_json_runs_still_succeed_and_exit_with_their_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["spec", "check", str(write(tmp_path, VALID)), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ok"] is True
+    assert main(["spec", "check", str(write(tmp_path, INVALID)), "--json"]) == 3
+    assert json.loads(capsys.readouterr().out)["counts"]["error"] == 2
+
+
 def test_internal_error_is_one_line_without_traceback(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -12,6 +12,10 @@ from typing import Annotated
 
 import typer
 
+# typer 0.29 carries its own copy of click (pinned exactly in pyproject.toml); its errors are
+# these classes, not those of an installed click.
+from typer._click import exceptions as click_errors
+
 from gpuclus import __version__
 from gpuclus.cli import completion
 from gpuclus.cli import deploy as deploy_cli
@@ -23,7 +27,8 @@ from gpuclus.cli import runs as runs_cli
 from gpuclus.cli import sandbox as sandbox_cli
 from gpuclus.cli import spec as spec_cli
 from gpuclus.cli import validate as validate_cli
-from gpuclus.errors import ExitCode
+from gpuclus.errors import ExitCode, GpuclusError
+from gpuclus.output import Output
 
 EPILOG = (
     "Exit codes: 0 ok, 1 failed, 2 usage, 3 spec invalid, 4 hosts unreachable, 130 interrupted. "
@@ -79,11 +84,16 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: maps what escapes the commands to exit codes, never a traceback.
 
     Usage errors (unknown option, bad value) are typer's own: a message and
-    exit 2. Commands catch gpuclus errors and Ctrl-C themselves (see
-    cli.common.handled); anything else is a bug and says so in one line.
+    exit 2; with --json among the arguments they are one JSON object on
+    stdout instead, shaped like every other error's. Commands catch gpuclus
+    errors and Ctrl-C themselves (see cli.common.handled); anything else is a
+    bug and says so in one line.
     """
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        app(args=argv, prog_name="gpuclus")
+        if "--json" in args:
+            return _run_for_json(args)
+        app(args=args, prog_name="gpuclus")
     except SystemExit as finished:
         code = finished.code
         if code is None:
@@ -101,6 +111,37 @@ def main(argv: list[str] | None = None) -> int:
         )
         return int(ExitCode.FAILED)
     return 0
+
+
+def _run_for_json(args: list[str]) -> int:
+    """Run the app so that click's own errors come back to us instead of its usage box.
+
+    A script that passed --json reads stdout as JSON; typer's box on stderr
+    with nothing on stdout would leave it parsing an empty string. Only
+    --json runs take this path, so every other run keeps typer's exact
+    behaviour (help, --version, completion and Ctrl-C included: typer turns
+    Ctrl-C into exit 130 either way).
+    """
+    try:
+        code = app(args=args, prog_name="gpuclus", standalone_mode=False)
+    except click_errors.ClickException as problem:
+        # click's usage errors exit 2 (USAGE); its other errors (a file it could not open) exit 1.
+        code = ExitCode.USAGE if isinstance(problem, click_errors.UsageError) else ExitCode.FAILED
+        Output(json_mode=True).fail(GpuclusError(problem.format_message(), _usage_hint(problem), exit_code=code))
+        return int(code)
+    except typer.Abort:
+        # What typer prints in standalone mode (end of input at a prompt).
+        sys.stderr.write("Aborted!\n")
+        return int(ExitCode.FAILED)
+    # Without standalone mode click returns the code of a typer.Exit, or the command's
+    # return value (None: the commands return nothing when they succeed).
+    return code if isinstance(code, int) else 0
+
+
+def _usage_hint(problem: click_errors.ClickException) -> str:
+    context = problem.ctx if isinstance(problem, click_errors.UsageError) else None
+    command = context.command_path if context is not None else "gpuclus"
+    return f"`{command} --help` lists the arguments and options"
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m gpuclus.cli.main`
