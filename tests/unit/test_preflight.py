@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -293,3 +294,108 @@ def test_install_keys_sends_nothing_to_a_host_key_nobody_trusted(tmp_path: Path,
     ]
     with pytest.raises(GpuclusError, match="head: host key not trusted yet, password not sent"):
         install_keys(loaded, path, "hunter2", lambda node: None, host_keys)
+
+
+# Progress and units (issue 12 polish) ----------------------------------------------------------
+
+
+def test_run_preflight_reports_each_answer_as_it_comes(tmp_path: Path) -> None:
+    def connector(target: SshTarget) -> FakeClient:
+        if target.address == "10.0.0.12":
+            raise SshFailure("10.0.0.12:22: timed out")
+        return FakeClient({"10.0.0.10": "head", "10.0.0.11": "gpu01"}[target.address])
+
+    seen: list[tuple[str, int, int]] = []
+    run_preflight(
+        topology(),
+        "ubuntu",
+        tmp_path / "key",
+        tmp_path / "known",
+        connector=connector,
+        on_answer=lambda report, answered, total: seen.append((report.node, answered, total)),
+    )
+    # Every node once, the unreachable one too; the counts go up one by one, whatever the order.
+    assert sorted(node for node, _, _ in seen) == ["fake01", "gpu01", "head"]
+    assert [(answered, total) for _, answered, total in seen] == [(1, 3), (2, 3), (3, 3)]
+    seen.clear()
+    run_preflight(
+        topology(),
+        "ubuntu",
+        tmp_path / "key",
+        tmp_path / "known",
+        connector=connector,
+        only=["gpu01"],
+        on_answer=lambda report, answered, total: seen.append((report.node, answered, total)),
+    )
+    # The controller probed only as the clock reference is not one of the nodes asked about.
+    assert seen == [("gpu01", 1, 1)]
+
+
+@pytest.mark.parametrize(
+    ("disk", "minimum", "message"),
+    [
+        ("1024", 10.0, "0.0 GB free on /, need 10 GB"),
+        ("1024", 0.5, "0.0 GB free on /, need 0.5 GB"),
+        ("", 10.0, "free space on / unknown, need 10 GB"),
+    ],
+)
+def test_the_disk_check_gives_units(disk: str, minimum: float, message: str) -> None:
+    sections = answers("head")
+    sections["disk"] = [disk]
+    found = next(c for c in judge(node("head"), sections, "ubuntu", minimum) if c.name == "disk")
+    assert (found.status, found.message) == ("fail", message)
+
+
+def _fake_preflight(monkeypatch: pytest.MonkeyPatch, calls: list[Any]) -> None:
+    def fake(loaded: Any, spec: Path, min_disk_gb: float, on_answer: Any = None) -> list[NodeReport]:
+        calls.append(on_answer)
+        reports = [report("head"), report("gpu01"), report("fake01")]
+        for count, one in enumerate(reports, start=1):
+            if on_answer is not None:
+                on_answer(one, count, len(reports))
+        return reports
+
+    monkeypatch.setattr(preflight_module, "preflight_spec", fake)
+
+
+def test_preflight_command_shows_progress_and_ends_with_its_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from gpuclus.cli.main import app
+
+    path, _loaded = spec_file(tmp_path)
+    calls: list[Any] = []
+    _fake_preflight(monkeypatch, calls)
+    result = CliRunner().invoke(app, ["preflight", str(path)])
+    assert result.exit_code == 0, result.output
+    assert calls and calls[0] is not None
+    last = result.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(r"preflight: 3 nodes in \d+\.\d s", last), last
+    assert "preflight:" not in result.stdout
+
+
+def test_preflight_json_has_seconds_and_no_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from gpuclus.cli.main import app
+
+    path, _loaded = spec_file(tmp_path)
+    calls: list[Any] = []
+    _fake_preflight(monkeypatch, calls)
+    result = CliRunner().invoke(app, ["preflight", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    assert calls == [None]
+    payload = json.loads(result.stdout)
+    assert isinstance(payload["seconds"], float)
+    assert result.stderr == ""
+
+
+def test_the_progress_line_counts_nodes() -> None:
+    from gpuclus.cli.preflight import _progress
+
+    assert _progress(2, 5) == "preflight: 2/5 nodes answered"
+    assert _progress(0, 1) == "preflight: 0/1 node answered"

@@ -225,7 +225,7 @@ def terminal(monkeypatch: pytest.MonkeyPatch) -> Terminal:
     monkeypatch.setattr(cli_preflight.getpass, "getpass", getpass)
     monkeypatch.setattr(cli_preflight, "_stdin_is_terminal", lambda: term.tty, raising=False)
     # After the key is installed, the probe would log in with it: not what these tests are about.
-    monkeypatch.setattr(preflight_module, "preflight_spec", lambda loaded, spec, min_disk_gb: [])
+    monkeypatch.setattr(preflight_module, "preflight_spec", lambda loaded, spec, min_disk_gb, **progress: [])
     return term
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -45,7 +46,7 @@ def preflight(
             "(ssh's StrictHostKeyChecking=accept-new); changed keys are still refused.",
         ),
     ] = False,
-    min_disk_gb: Annotated[float, typer.Option("--min-disk-gb", help="Free space needed on / of each node.")] = 10.0,
+    min_disk_gb: Annotated[float, typer.Option("--min-disk-gb", help="Free GB needed on / of each node.")] = 10.0,
     json_mode: JsonOption = False,
 ) -> None:
     """Check every node before a deploy, in parallel over SSH.
@@ -68,7 +69,7 @@ def preflight(
     2 when new host keys were not confirmed (nothing was sent), 4 when a node
     could not be reached or its host key was refused.
     """
-    from gpuclus.ssh.preflight import preflight_exit_code, preflight_spec
+    from gpuclus.ssh.preflight import preflight_exit_code
 
     out = Output(json_mode=json_mode)
     extra: dict[str, Any] = {}
@@ -81,15 +82,47 @@ def preflight(
         loaded = load_checked_spec(spec, out)
         if password:
             _bootstrap_keys(loaded, spec, out, known_hosts_file, accept_new_host_keys, extra)
-        reports = preflight_spec(loaded, spec, min_disk_gb)
+        started = time.monotonic()
+        reports = _probe(out, loaded, spec, min_disk_gb)
+        seconds = time.monotonic() - started
         code = preflight_exit_code(reports)
         if json_mode:
-            payload = {"ok": code == 0, "exit_code": int(code), "nodes": [report.as_dict() for report in reports]}
+            payload = {
+                "ok": code == 0,
+                "exit_code": int(code),
+                "seconds": round(seconds, 1),
+                "nodes": [report.as_dict() for report in reports],
+            }
             out.emit({**payload, **extra})
         else:
             print_reports(out, reports)
+            out.note(f"preflight: {plural(len(reports), 'node')} in {seconds:.1f} s")
         if code != 0:
             raise typer.Exit(int(code))
+
+
+def _probe(out: Output, loaded: Any, spec: Path, min_disk_gb: float) -> list[Any]:
+    """preflight_spec, with a spinner on stderr counting the nodes that answered.
+
+    A node that does not answer takes up to its SSH timeout: without a count the
+    command would look hung until the slowest node gave up.
+    """
+    from gpuclus.ssh.preflight import preflight_spec
+
+    if out.json_mode:
+        return preflight_spec(loaded, spec, min_disk_gb)
+    total = len(loaded.topology.nodes)
+    # rich draws the spinner only on a terminal; in a log it prints nothing.
+    with out.err.status(_progress(0, total)) as status:
+
+        def answered(report: Any, count: int, total: int) -> None:
+            status.update(_progress(count, total))
+
+        return preflight_spec(loaded, spec, min_disk_gb, on_answer=answered)
+
+
+def _progress(count: int, total: int) -> str:
+    return f"preflight: {count}/{total} {'node' if total == 1 else 'nodes'} answered"
 
 
 def print_reports(out: Output, reports: list[Any]) -> None:

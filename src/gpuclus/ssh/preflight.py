@@ -16,6 +16,7 @@ import base64
 import hashlib
 import hmac
 import shlex
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -94,6 +95,10 @@ class NodeReport:
         return data
 
 
+# (the node's report, nodes answered so far, nodes asked): progress while preflight runs.
+AnswerCallback = Callable[[NodeReport, int, int], None]
+
+
 def parse_sections(text: str) -> dict[str, list[str]]:
     sections: dict[str, list[str]] = {}
     current = ""
@@ -157,16 +162,20 @@ def judge(node: Node, sections: dict[str, list[str]], admin_user: str, min_disk_
             )
         )
     try:
-        free_gb = int(first("disk")) / 1024 / 1024
+        free_gb: float | None = int(first("disk")) / 1024 / 1024
     except ValueError:
-        free_gb = -1.0
-    if free_gb >= min_disk_gb:
+        free_gb = None
+    # :g keeps a fractional --min-disk-gb (0.5) from reading as "need 0 GB".
+    need = f"need {min_disk_gb:g} GB"
+    if free_gb is None:
+        checks.append(
+            PreflightCheck("disk", "fail", f"free space on / unknown, {need}", "check that df works on the node")
+        )
+    elif free_gb >= min_disk_gb:
         checks.append(PreflightCheck("disk", "ok", f"{free_gb:.0f} GB free on /"))
     else:
         checks.append(
-            PreflightCheck(
-                "disk", "fail", f"{free_gb:.1f} GB free on /, need {min_disk_gb:.0f}", "free space on the root fs"
-            )
+            PreflightCheck("disk", "fail", f"{free_gb:.1f} GB free on /, {need}", "free space on the root fs")
         )
     checks.append(_gpu_check(node, sections))
     missing = [line.split()[0] for line in sections.get("resolve", []) if line.endswith(" missing")]
@@ -238,10 +247,15 @@ def run_preflight(
     connector: Callable[[SshTarget], Any] = connect,
     only: list[str] | None = None,
     advice: SshAdvice | None = None,
+    on_answer: AnswerCallback | None = None,
 ) -> list[NodeReport]:
     """Probe the nodes (all, or those named in ``only``); the controller is always probed for clock skew.
 
     ``advice``: what the hint for a failed SSH login may say about this directory.
+    ``on_answer(report, answered, total)``: called as each of the chosen nodes answers (or
+    fails to), from the probing threads, one call at a time; ``total`` counts the chosen
+    nodes, not a controller probed only as the clock reference. The report's clock check
+    comes later, once every node has answered.
     """
     names = " ".join(shlex.quote(node.name) for node in topology.nodes)
     probe = PROBE.replace("NAMES", names)
@@ -274,8 +288,22 @@ def run_preflight(
     chosen = [node for node in topology.nodes if only is None or node.name in only]
     reference_only = controller is not None and controller not in chosen
     probed = [*chosen, controller] if reference_only and controller is not None else chosen
+    chosen_names = {node.name for node in chosen}
+    answered = 0
+    # One call at a time, so a caller's counter or spinner needs no lock of its own.
+    answering = threading.Lock()
+
+    def reported(node: Node) -> NodeReport:
+        nonlocal answered
+        report = one(node)
+        if on_answer is not None and node.name in chosen_names:
+            with answering:
+                answered += 1
+                on_answer(report, answered, len(chosen))
+        return report
+
     with ThreadPoolExecutor(max_workers=max(1, min(32, len(probed)))) as pool:
-        reports = list(pool.map(one, probed))
+        reports = list(pool.map(reported, probed))
     if controller is not None:
         skew_checks(reports, controller.name)
     # The controller was probed only as the clock reference: not part of the result.
@@ -322,9 +350,16 @@ def ssh_hint(message: str, admin_user: str, advice: SshAdvice) -> str:
 
 
 def preflight_spec(
-    loaded: LoadedSpec, spec_path: Path, min_disk_gb: float = 10.0, hosts: list[str] | None = None
+    loaded: LoadedSpec,
+    spec_path: Path,
+    min_disk_gb: float = 10.0,
+    hosts: list[str] | None = None,
+    on_answer: AnswerCallback | None = None,
 ) -> list[NodeReport]:
-    """Preflight a checked spec's nodes (all, or ``hosts``) with gpuclus' key, learning new host keys."""
+    """Preflight a checked spec's nodes (all, or ``hosts``) with gpuclus' key, learning new host keys.
+
+    ``on_answer``: see run_preflight (progress while the nodes answer).
+    """
     assert loaded.spec is not None and loaded.topology is not None
     state = StateDir.beside(spec_path)
     if not state.private_key.exists():
@@ -340,6 +375,7 @@ def preflight_spec(
         min_disk_gb=min_disk_gb,
         only=hosts,
         advice=SshAdvice.beside(spec_path),
+        on_answer=on_answer,
         # First contact with a real node: its host key is learned (accept-new, as Ansible does).
         connector=lambda target: connect(target, accept_new=True),
     )
