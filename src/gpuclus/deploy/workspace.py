@@ -24,8 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpuclus import ansible_settings
+from gpuclus import __version__, ansible_settings
 from gpuclus.deploy.events import PHASE_PLAY_PREFIX
+from gpuclus.deploy.node_stamps import render_digest
 from gpuclus.deploy.phases import Phase
 from gpuclus.fileio import write_text_atomic
 from gpuclus.render.files import ANSIBLE_CFG
@@ -113,8 +114,17 @@ def ansible_environment(state: StateDir, host_count: int, config_file: Path) -> 
     }
 
 
-def entry_playbook(phases: list[Phase]) -> str:
-    """The run's playbook: the gate, then each phase behind a marker play that names it."""
+STAMP_PLAYBOOK = "stamp.yml"
+
+
+def entry_playbook(phases: list[Phase], *, stamp: bool = False) -> str:
+    """The run's playbook: the gate, then each phase behind a marker play that names it.
+
+    ``stamp``: the run covers every phase the spec needs, so the nodes that
+    complete it get the deploy stamp (playbooks/stamp.yml, last; no marker
+    play: it is not a phase). A playbooks directory without stamp.yml (the
+    tests' tiny phase playbooks, GPUCLUS_PLAYBOOKS_DIR) gets none.
+    """
     playbooks = data_dir("playbooks")
     lines = [
         "---",
@@ -130,6 +140,8 @@ def entry_playbook(phases: list[Phase]) -> str:
             # JSON strings are YAML strings: paths with '#' or ': ' stay whole.
             f"- ansible.builtin.import_playbook: {json.dumps(str(playbooks / (phase.value + '.yml')))}",
         ]
+    if stamp and (playbooks / STAMP_PLAYBOOK).is_file():
+        lines.append(f"- ansible.builtin.import_playbook: {json.dumps(str(playbooks / STAMP_PLAYBOOK))}")
     return "\n".join(lines) + "\n"
 
 
@@ -152,7 +164,13 @@ def prepare_run(
     check: bool = False,
     verbosity: int = 0,
     run_id: str | None = None,
+    full: bool = False,
 ) -> RunConfig:
+    """The run's directory and configuration.
+
+    ``full``: ``phases`` are every phase the spec needs; such a run, unless
+    it is a check run, ends by stamping its nodes (entry_playbook).
+    """
     run_id = run_id or new_run_id()
     runs = state.private_dir(state.root / "runs")
     run_dir = runs / run_id
@@ -161,7 +179,7 @@ def prepare_run(
         write_text_atomic(run_dir / relative, text, mode=0o600)
     write_text_atomic(run_dir / "spec.yaml", spec_text, mode=0o600)
     playbook = run_dir / "project" / "deploy.yml"
-    write_text_atomic(playbook, entry_playbook(phases), mode=0o600)
+    write_text_atomic(playbook, entry_playbook(phases, stamp=full and not check), mode=0o600)
     return RunConfig(
         run_id=run_id,
         run_dir=run_dir.resolve(),
@@ -177,6 +195,9 @@ def prepare_run(
             # Nodes preflight left out: roles must not contact them, not even
             # through delegation from a node of the run (slurm_common).
             "gpuclus_excluded_nodes": sorted(excluded),
+            # What the deploy stamp holds (playbooks/stamp.yml; `gpuclus plan` compares it).
+            "gpuclus_render_sha256": render_digest(rendered),
+            "gpuclus_version": __version__,
         },
         limit=limit,
         check=check,
