@@ -214,7 +214,7 @@ def _print_report(out: Output, report: Any) -> None:
             f"{passed}/{len(node_results)}" if node_results else "",
             escape(value),
             escape(expected),
-            f"{result.duration_s:.1f}s",
+            f"{result.duration_s:.1f} s",
         )
         stage_seen.add(result.stage)
     out.out.print(table)
