@@ -1,13 +1,19 @@
-"""docs/spec.md must describe every spec field and every finding code."""
+"""docs/spec.md must describe every spec field and every finding code; the docs' example specs must deploy."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import pytest
 from pydantic import BaseModel
+from typer.testing import CliRunner
 
+from gpuclus.cli.main import app
+from gpuclus.cli.spec import deploy_refusals
 from gpuclus.spec.checks import CODES
-from gpuclus.spec.load import _first_model
+from gpuclus.spec.findings import Severity
+from gpuclus.spec.load import _first_model, load_spec
 from gpuclus.spec.models import ClusterSpec
 
 SPEC_DOC = Path(__file__).resolve().parents[2] / "docs" / "spec.md"
@@ -51,3 +57,40 @@ def test_every_validate_check_has_a_section_with_its_level() -> None:
     text = "\n".join(path.read_text() for path in VALIDATE_DOCS)
     missing = [check.id for check in all_checks() if f"`{check.id}` ({check.level.label})" not in text]
     assert not missing, f"docs/validate*.md lack a '`id` (level)' heading for: {missing}"
+
+
+# The example specs in the README and docs/spec.md: what an admin copies first must deploy.
+DOCS_WITH_SPECS = [SPEC_DOC.parents[1] / "README.md", SPEC_DOC]
+YAML_BLOCK = re.compile(r"^```yaml\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def _example_specs() -> list[tuple[str, str]]:
+    found = []
+    for path in DOCS_WITH_SPECS:
+        for number, block in enumerate(YAML_BLOCK.findall(path.read_text())):
+            # A block is a spec when it says which format it is; the others are fragments.
+            if re.search(r"^apiVersion:", block, re.MULTILINE):
+                found.append((f"{path.name}#{number}", block))
+    return found
+
+
+def test_the_docs_have_example_specs() -> None:
+    names = [name for name, _ in _example_specs()]
+    assert any(name.startswith("README.md") for name in names)
+    assert any(name.startswith("spec.md") for name in names)
+
+
+@pytest.mark.parametrize(("name", "text"), _example_specs(), ids=[name for name, _ in _example_specs()])
+def test_example_spec_checks_clean_and_deploy_would_take_it(name: str, text: str, tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(text)
+    loaded = load_spec(path)
+    problems = [f"{f.code} {f.path}" for f in loaded.findings if f.severity is not Severity.INFO]
+    assert problems == [], f"{name}: {problems}"
+    assert loaded.ok
+    assert deploy_refusals(loaded) == [], f"{name}: deploy would refuse it"
+    check = CliRunner().invoke(app, ["spec", "check", str(path), "--strict"])
+    assert check.exit_code == 0, check.output
+    rendered = CliRunner().invoke(app, ["render", str(path), "-o", str(tmp_path / "rendered")])
+    assert rendered.exit_code == 0, rendered.output
+    assert "warning" not in rendered.output
