@@ -121,3 +121,41 @@ def test_fstab_lines_must_match_field_for_field(
     assert probe.stale_fstab([entry | {"opts": "rw,soft"}]) == ["/shared"]
     # /shared is not mounted on the machine running the tests.
     assert probe.stale_fstab([entry | {"mounted": True}]) == ["/shared"]
+
+
+class _Systemctl:
+    """Answers the module's systemctl calls as systemd does (no systemd to ask on the test host)."""
+
+    def __init__(self, show: str, enabled: set[str]) -> None:
+        self.show, self.enabled = show, enabled
+
+    def get_bin_path(self, name: str) -> str:
+        return f"/usr/bin/{name}"
+
+    def run_command(self, argv: list[str]) -> tuple[int, str, str]:
+        if argv[1] == "show":
+            return 0, self.show, ""
+        return (0 if argv[-1] in self.enabled else 1), "", ""
+
+
+def test_units_report_their_load_state_so_a_check_run_can_tell_missing_from_stopped(probe: ModuleType) -> None:
+    # `systemctl show` prints properties in its own order, one block per unit.
+    show = (
+        "LoadState=loaded\nActiveState=active\n\n"
+        "ActiveState=inactive\nLoadState=loaded\n\n"
+        "LoadState=not-found\nActiveState=inactive\n"
+    )
+    systemctl = _Systemctl(show, enabled={"munge", "chrony"})
+    stale, states = probe.unit_states(systemctl, ["munge", "chrony", "slurmd"])
+    assert stale == ["chrony", "slurmd"]
+    assert states == {"munge": "loaded", "chrony": "loaded", "slurmd": "not-found"}
+
+
+def test_units_without_systemctl_are_all_stale_and_unknown(probe: ModuleType) -> None:
+    class NoSystemctl(_Systemctl):
+        def get_bin_path(self, name: str) -> str | None:  # type: ignore[override]
+            return None
+
+    stale, states = probe.unit_states(NoSystemctl("", set()), ["munge"])
+    assert stale == ["munge"]
+    assert states == {"munge": "unknown"}

@@ -68,7 +68,8 @@ stale:
   type: dict
 found:
   description: >-
-    users (name to {uid, gid, home} or null) and commands (list of {rc, stdout, stderr}), as asked.
+    users (name to {uid, gid, home} or null), commands (list of {rc, stdout, stderr}) and
+    units (name to systemd's LoadState, e.g. loaded, not-found or masked), as asked.
   returned: always
   type: dict
 """
@@ -162,21 +163,29 @@ def installed_packages(module: AnsibleModule, names: list[str]) -> set[str]:
     return found
 
 
-def stale_units(module: AnsibleModule, units: list[str]) -> list[str]:
+def unit_states(module: AnsibleModule, units: list[str]) -> tuple[list[str], dict[str, str]]:
+    """(the units not active and enabled, each unit's LoadState).
+
+    LoadState "not-found" tells a unit whose package is not installed yet from
+    one that is only stopped: a check run skips starting the former.
+    """
     systemctl = module.get_bin_path("systemctl")
     if not units or systemctl is None:
-        return list(units)
-    _, out, _ = module.run_command([systemctl, "show", "--property=ActiveState", *units])
+        return list(units), dict.fromkeys(units, "unknown")
+    _, out, _ = module.run_command([systemctl, "show", "--property=ActiveState,LoadState", *units])
     blocks = out.split("\n\n")
     stale = []
+    loaded = {}
     for unit, block in zip(units, blocks + [""] * len(units)):
-        active = "ActiveState=active" in block.split()
+        fields = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        loaded[unit] = fields.get("LoadState", "unknown")
+        active = fields.get("ActiveState") == "active"
         # is-enabled reads the unit files; show's UnitFileState is systemd's
         # cached view, stale until a daemon-reload after a package install.
         enabled = active and module.run_command([systemctl, "is-enabled", "--quiet", unit])[0] == 0
         if not (active and enabled):
             stale.append(unit)
-    return stale
+    return stale, loaded
 
 
 def stale_fstab(entries: list[dict]) -> list[str]:
@@ -223,6 +232,7 @@ def main() -> None:
         if not want.get("path") or (want.get("state") or "file") not in ("file", "directory", "link", "absent"):
             module.fail_json(msg=f"files: each entry needs a path and a state of file, directory, link or absent: {want}")
     installed = installed_packages(module, params["packages"])
+    stale_unit_names, unit_load_states = unit_states(module, params["units"])
     commands = []
     for argv in params["commands"]:
         rc, out, err = module.run_command([str(word) for word in argv])
@@ -232,10 +242,14 @@ def main() -> None:
         stale={
             "files": [want["path"] for want in params["files"] if file_stale(want)],
             "packages": [name for name in params["packages"] if name not in installed],
-            "units": stale_units(module, params["units"]),
+            "units": stale_unit_names,
             "fstab": stale_fstab(params["fstab"]),
         },
-        found={"users": {name: user_entry(name) for name in params["users"]}, "commands": commands},
+        found={
+            "users": {name: user_entry(name) for name in params["users"]},
+            "commands": commands,
+            "units": unit_load_states,
+        },
     )
 
 
