@@ -17,6 +17,13 @@ workspace.entry_playbook writes ("gpuclus phase NAME", localhost, no tasks).
 - no_log_failed.jsonl: a no_log task fails on head; its res is censored.
 - loop_failed.jsonl: a loop whose second item fails (rc 100): runner_item_on_ok,
   runner_item_on_failed, then runner_on_failed with results[].
+- check_diff.jsonl: `--check --diff` with ANSIBLE_NOCOLOR=1 as a deploy sets it,
+  id 20260301T120000Z-cd34 (files under /srv/demo/<host>/ were /tmp ones): phase
+  base writes a motd (new on gpu01, changed on head, same on gpu02) that
+  notifies a handler, a no_log copy of a password, a copy with `diff: false`
+  (head), an ignored failing command with changed_when (gpu01); phase slurm a
+  copy loop over two files, a no_log copy loop (head) and a 60-line file (head).
+  Its recap: changed head 7, gpu01 5, gpu02 2. Used by test_check_runs.py.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from gpuclus.deploy.events import (
 )
 
 EVENTS = Path(__file__).resolve().parents[1] / "fixtures" / "events"
-STREAMS = ["success", "unreachable_and_failed", "no_log_failed", "loop_failed"]
+STREAMS = ["success", "unreachable_and_failed", "no_log_failed", "loop_failed", "check_diff"]
 NO_LOG_MESSAGE = "output hidden (no_log): the task carries a secret; rerun with -vvv on a test cluster"
 STAT_KEYS = {"ok", "changed", "failures", "dark", "skipped", "rescued", "ignored"}
 

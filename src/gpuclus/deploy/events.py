@@ -43,6 +43,16 @@ class HostResult:
     status: str  # ok, changed, failed, unreachable, skipped
     message: str = ""
     ignored: bool = False
+    # A failure under ignore_errors that had changed something: Ansible's recap counts it changed.
+    changed_anyway: bool = False
+    # What a changed result would change, as a short unified diff: only check runs ask Ansible for
+    # diffs (--check --diff). Shown on the terminal, never written to a run record.
+    diff: str = ""
+
+    @property
+    def counts_changed(self) -> bool:
+        """Whether Ansible's recap counts this result as changed, so phase totals add up to the recap."""
+        return self.status == "changed" or (self.status == "failed" and self.ignored and self.changed_anyway)
 
 
 @dataclass(frozen=True)
@@ -63,10 +73,12 @@ _STAT_KEYS = ("ok", "changed", "failures", "dark", "skipped", "rescued", "ignore
 
 
 class EventTranslator:
-    """Stateful: remembers the current phase, as plays only name it at their start."""
+    """Stateful: remembers the current phase, as plays only name it at their start, and which
+    hosts changed an item of a no_log loop (its task result comes censored, see _changed)."""
 
     def __init__(self) -> None:
         self.phase: str | None = None
+        self._changed_items: set[tuple[str, str]] = set()  # (host, task uuid)
 
     def translate(self, raw: dict[str, Any]) -> Event | None:
         kind = raw.get("event", "")
@@ -81,10 +93,17 @@ class EventTranslator:
             return TaskStarted(self.phase, str(data.get("play", "")), str(data.get("task", "")))
         if kind == "runner_on_start":
             return HostStarted(self.phase, str(data.get("host", "")), str(data.get("task", "")))
+        if kind == "runner_item_on_ok":
+            if _changed(data.get("res"), raw):
+                self._changed_items.add((str(data.get("host", "")), str(data.get("task_uuid", ""))))
+            return None
         if kind in _RESULT_EVENTS and _RESULT_EVENTS[kind] is not None:
             status = _RESULT_EVENTS[kind]
             result = data.get("res") or {}
-            if status == "ok" and isinstance(result, dict) and result.get("changed"):
+            item_changed = (str(data.get("host", "")), str(data.get("task_uuid", ""))) in self._changed_items
+            self._changed_items.discard((str(data.get("host", "")), str(data.get("task_uuid", ""))))
+            changed = _changed(result, raw) or item_changed
+            if status == "ok" and changed:
                 status = "changed"
             return HostResult(
                 phase=self.phase,
@@ -93,6 +112,8 @@ class EventTranslator:
                 status=str(status),
                 message=failure_message(result) if status in {"failed", "unreachable"} else "",
                 ignored=bool(data.get("ignore_errors")),
+                changed_anyway=status == "failed" and changed,
+                diff=result_diff(result) if status == "changed" else "",
             )
         if kind == "playbook_on_stats":
             per_host: dict[str, dict[str, int]] = {}
@@ -101,6 +122,87 @@ class EventTranslator:
                     per_host.setdefault(host, dict.fromkeys(_STAT_KEYS, 0))[key] = int(count)
             return PlayStats(per_host)
         return None
+
+
+def _changed(result: Any, raw: dict[str, Any]) -> bool:
+    """Whether a result changed something, also when no_log hid it.
+
+    ansible-runner replaces a no_log result with ``{"censored": ...}``, dropping
+    the ``changed`` that Ansible keeps (and counts in its recap); the line
+    Ansible printed for it ("changed: [head]") still says so. A no_log loop's
+    own result prints nothing: its items' events say it (EventTranslator).
+    """
+    if not isinstance(result, dict):
+        return False
+    if "changed" in result or "censored" not in result:
+        return bool(result.get("changed"))
+    first = _ANSI.sub("", str(raw.get("stdout") or "")).lstrip().split("\n", 1)[0]
+    return first.startswith("changed:")
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+DIFF_LINES = 40  # per result: enough to read a config change, short enough for a cluster's worth
+_DIFF_INPUT = 200_000  # characters of before/after beyond which a file is only described
+
+
+def result_diff(result: Any, limit: int = DIFF_LINES) -> str:
+    """A module result's diff (a loop's items' diffs) as one unified diff of at most ``limit`` lines.
+
+    Empty for a censored (no_log) result and for a task with ``diff: false``:
+    Ansible returns no diff for them, and nothing else is looked at.
+    """
+    if not isinstance(result, dict) or "censored" in result:
+        return ""
+    parts = _diff_parts(result.get("diff"))
+    for item in result.get("results") or []:
+        if isinstance(item, dict) and "censored" not in item and item.get("changed"):
+            parts.extend(_diff_parts(item.get("diff")))
+    lines = [line for part in parts for line in part]
+    if len(lines) > limit:
+        lines = [*lines[: limit - 1], f"... {len(lines) - limit + 1} more lines"]
+    return "\n".join(lines)
+
+
+def _diff_parts(diff: Any) -> list[list[str]]:
+    """Ansible's ``diff``: one dict or a list of them, each with before/after (text or a dict of
+    attributes) and their headers, or ``prepared`` (text a module wrote itself, e.g. apt's)."""
+    entries = diff if isinstance(diff, list) else [diff]
+    parts = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            continue
+        if entry.get("prepared"):
+            parts.append(str(entry["prepared"]).rstrip("\n").splitlines())
+        if "before" in entry or "after" in entry:
+            lines = _unified(entry)
+            if lines:
+                parts.append(lines)
+    return parts
+
+
+def _unified(entry: dict[str, Any]) -> list[str]:
+    import difflib
+
+    before, after = _diff_text(entry.get("before")), _diff_text(entry.get("after"))
+    before_name = str(entry.get("before_header") or "before")
+    after_name = str(entry.get("after_header") or "after")
+    if before == after:
+        return []
+    if len(before) > _DIFF_INPUT or len(after) > _DIFF_INPUT:
+        return [f"--- {before_name}", f"+++ {after_name}", "(too large to show)"]
+    lines = difflib.unified_diff(
+        before.splitlines(), after.splitlines(), fromfile=before_name, tofile=after_name, lineterm=""
+    )
+    return list(lines)
+
+
+def _diff_text(value: Any) -> str:
+    """Text as it is; a dict of attributes (the file module's state, mode, owner) as sorted lines."""
+    if value is None:
+        return ""
+    if isinstance(value, dict):
+        return "".join(f"{key}: {value[key]}\n" for key in sorted(value))
+    return str(value)
 
 
 def failure_message(result: Any, limit: int = 400) -> str:

@@ -81,11 +81,17 @@ class RunRecord:
     def failed_hosts(self) -> list[str]:
         return sorted({failure.host for failure in self.failures})
 
+    @property
+    def kind(self) -> str:
+        """ "check" for a dry run (`deploy --check`: nothing was changed), else "deploy"."""
+        return "check" if self.check else "deploy"
+
     def changed_total(self) -> int:
+        """Task results that changed something (in a check run: would have), as Ansible's recap counts them."""
         return sum(stats.get("changed", 0) for stats in self.hosts.values())
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "seconds": round(self.seconds, 1), "changed": self.changed_total()}
+        return {**asdict(self), "kind": self.kind, "seconds": round(self.seconds, 1), "changed": self.changed_total()}
 
     def save(self, run_dir: Path) -> None:
         write_text_atomic(run_dir / RECORD_FILE, json.dumps(self.as_dict(), indent=2, sort_keys=True) + "\n", 0o600)
@@ -130,7 +136,9 @@ class RecordBuilder:
                 self._reached.append(event.host)
         elif isinstance(event, HostResult):
             self._busy.pop(event.host, None)
-            if event.status == "changed" and self.current is not None:
+            # As Ansible's recap counts (handlers and no_log results included), so the
+            # phases' changed add up to the recap's.
+            if event.counts_changed and self.current is not None:
                 self.current.changed += 1
             if event.status in {"failed", "unreachable"} and not event.ignored:
                 if self.current is not None:
@@ -180,6 +188,12 @@ def list_records(state: StateDir) -> list[RunRecord]:
         except (OSError, ValueError, TypeError, KeyError):
             continue
     return records
+
+
+def last_deploy(state: StateDir) -> RunRecord | None:
+    """The newest record of a run that could change the cluster: check runs changed nothing,
+    so `deploy --retry-failed` and its hint in `runs list` never take one for the last deploy."""
+    return next((record for record in list_records(state) if not record.check), None)
 
 
 def load_record(state: StateDir, run_id: str) -> RunRecord | None:
