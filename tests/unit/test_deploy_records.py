@@ -369,7 +369,7 @@ def test_retry_failed_when_the_last_run_failed_nowhere(loaded: LoadedSpec, state
     ids = run_ids(2)
     save_runs(state, [ids[0]], "unreachable_and_failed")
     save_runs(state, [ids[1]], "success")  # the newest counts, not an older failure
-    with pytest.raises(UsageError, match=f"last run \\({ids[1]}\\) had no failed or unreachable hosts"):
+    with pytest.raises(UsageError, match=f"last deploy \\({ids[1]}\\) had no failed or unreachable hosts"):
         resolve_limit(request(retry_failed=True), loaded, state)
 
 

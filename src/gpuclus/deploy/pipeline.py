@@ -195,13 +195,19 @@ def resolve_limit(request: DeployRequest, loaded: LoadedSpec, state: StateDir) -
     if request.retry_failed:
         if request.limit:
             raise UsageError("--retry-failed and --limit cannot be used together")
-        previous = records.list_records(state)
-        if not previous:
-            raise UsageError("--retry-failed: there is no earlier run", "run `gpuclus deploy` first")
-        failed = [host for host in previous[0].failed_hosts() if host in names]
+        # A check run changed nothing: what to retry is the last run that could have.
+        previous = records.last_deploy(state)
+        if previous is None:
+            checks_only = bool(records.list_records(state))
+            raise UsageError(
+                "--retry-failed: there is no earlier run"
+                + (" other than check runs (--check), which change nothing" if checks_only else ""),
+                "run `gpuclus deploy` first",
+            )
+        failed = [host for host in previous.failed_hosts() if host in names]
         if not failed:
             raise UsageError(
-                f"--retry-failed: the last run ({previous[0].id}) had no failed or unreachable hosts",
+                f"--retry-failed: the last deploy ({previous.id}) had no failed or unreachable hosts",
                 "run `gpuclus deploy` without it",
             )
         return ",".join(failed)
