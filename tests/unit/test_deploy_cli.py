@@ -58,6 +58,7 @@ RECORD_KEYS = {
     "phases_requested",
     "limit",
     "check",
+    "kind",
     "started_at",
     "gpuclus_version",
     "status",
@@ -397,9 +398,9 @@ def test_runs_list_human(spec_with_runs: Path) -> None:
     result = runner.invoke(app(), ["runs", "list", "--spec", str(spec_with_runs)])
     assert result.exit_code == 0, result.output
     lines = [line for line in result.stdout.splitlines() if line.strip()]
-    assert lines[0].split()[:3] == ["run", "status", "changed"]
+    assert lines[0].split()[:4] == ["run", "kind", "status", "changed"]
     assert [line.split()[0] for line in lines[1:]] == list(reversed(RUN_IDS))
-    assert lines[3].split()[1:3] == ["successful", "5"]
+    assert lines[3].split()[1:4] == ["deploy", "successful", "5"]
 
 
 def test_runs_show_json_by_prefix(spec_with_runs: Path) -> None:

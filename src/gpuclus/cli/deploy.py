@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import signal
 from pathlib import Path
 from types import FrameType
@@ -18,6 +19,7 @@ from gpuclus.cli.common import DEFAULT_SPEC, JsonOption, handled, load_checked_s
 from gpuclus.cli.completion import complete_phases
 from gpuclus.hints import gpuclus_command
 from gpuclus.output import Output
+from gpuclus.spec import hostlist
 
 PHASES_HELP = "Comma-separated phases: base, nfs, nvidia, slurm, containers, monitoring."
 
@@ -82,7 +84,7 @@ def deploy(
             keep=keep,
             preflight=not no_preflight,
         )
-        view = _ProgressView(out, len(loaded.topology.nodes))
+        view = _ProgressView(out, len(loaded.topology.nodes), check=check, only=bool(only))
         previous = signal.getsignal(signal.SIGINT)
 
         def interrupt(signum: int, frame: FrameType | None) -> None:
@@ -129,11 +131,16 @@ class _PhaseMark(SpinnerColumn):
 
 class _ProgressView:
     """The deploy's observer: preflight and skipped phases as notes, then one line per phase
-    with its task count and elapsed time; failures printed as they happen."""
+    with its task count and elapsed time; failures printed as they happen. A check run
+    (``check``) also prints each task that would change, with its diff per host."""
 
-    def __init__(self, out: Output, host_count: int) -> None:
+    def __init__(self, out: Output, host_count: int, *, check: bool = False, only: bool = False) -> None:
         self.out = out
         self.host_count = host_count
+        self.check = check
+        # With --only the user named the phases: the ones the spec leaves out are no news.
+        self.only = only
+        self.would_change: dict[str, list[tuple[str, str]]] = {}  # task -> (host, diff), until the task ends
         self.runs: list[Any] = []  # the run to cancel on Ctrl-C, once started
         self.progress = Progress(
             _PhaseMark(finished_text="[green]✓[/]"),
@@ -176,6 +183,8 @@ class _ProgressView:
         self.left_out = [report.node for report in bad]
 
     def phases_skipped(self, skipped: list[Any]) -> None:
+        if self.only:
+            return
         for choice in skipped:
             self.out.note(f"[dim]skipping phase {choice.phase.value}: {escape(choice.reason)}[/]")
 
@@ -191,15 +200,21 @@ class _ProgressView:
             self._finish_phase()
             self.phase, self.changed, self.failed_here = event.phase, 0, []
             self.phase_task = self.progress.add_task(f"[bold]{escape(event.phase)}[/]", total=None)
-        elif isinstance(event, TaskStarted) and self.phase_task is not None:
+        elif isinstance(event, TaskStarted):
+            self._show_would_change()
+            if self.phase_task is None:
+                return
             self.progress.update(
                 self.phase_task,
                 advance=1,
                 description=f"[bold]{escape(self.phase)}[/] [dim]{escape(event.task[:60])}[/]",
             )
         elif isinstance(event, HostResult):
-            if event.status == "changed":
+            # As the record and Ansible's recap count: handlers, no_log results and ignored failures that changed.
+            if event.counts_changed:
                 self.changed += 1
+            if self.check and event.counts_changed:
+                self.would_change.setdefault(event.task, []).append((event.host, event.diff))
             if event.status in {"failed", "unreachable"} and not event.ignored:
                 word = "unreachable" if event.status == "unreachable" else "failed"
                 if event.host not in self.failed_here:
@@ -215,6 +230,7 @@ class _ProgressView:
         the nodes preflight left out ends "partial" naming those: ✓ would say
         the whole cluster has it.
         """
+        self._show_would_change()
         if mark is None and self.failed_here:
             mark, word = "[red]✗[/]", f"[red]failed on {escape(', '.join(self.failed_here))}[/]"
         elif mark is None and self.left_out:
@@ -222,18 +238,48 @@ class _ProgressView:
         if self.phase_task is not None:
             task = self.progress.tasks[self.phase_task]
             ending = f"{word} " if word else ""
+            count = f"{self.changed} {changed_word(self.check)}"
             self.progress.update(
                 self.phase_task,
                 total=task.completed,
-                description=f"[bold]{escape(self.phase)}[/] {ending}[dim]({self.changed} changed)[/]",
+                description=f"[bold]{escape(self.phase)}[/] {ending}[dim]({count})[/]",
                 mark=mark,
             )
             self.phase_task = None
 
+    def _show_would_change(self) -> None:
+        """A check run's tasks that would change, each with the hosts and their diffs (identical ones once)."""
+        pending, self.would_change = self.would_change, {}
+        if self.out.json_mode:
+            return
+        for task, results in pending.items():
+            hosts = ", ".join(host for host, _ in results)
+            self.progress.console.print(f"  [yellow]~[/] [bold]{escape(task)}[/] would change on {escape(hosts)}")
+            by_diff: dict[str, list[str]] = {}
+            for host, diff in results:
+                if diff:
+                    by_diff.setdefault(diff, []).append(host)
+            for diff, same in by_diff.items():
+                self.progress.console.print(f"    [dim]{escape(', '.join(same))}:[/]")
+                for line in diff.splitlines():
+                    self.progress.console.print(f"      {_diff_line(line)}")
+
+
+def changed_word(check: bool) -> str:
+    """What a changed result means: in a check run nothing was changed."""
+    return "would change" if check else "changed"
+
+
+def _diff_line(line: str) -> str:
+    style = {"+": "green", "-": "red", "@": "cyan"}.get(line[:1])
+    if line.startswith(("+++", "---")):
+        style = "bold"
+    return f"[{style}]{escape(line)}[/]" if style else escape(line)
+
 
 def _print_summary(out: Output, record: Any, seconds: float) -> None:
     table = Table(box=None, pad_edge=False)
-    for column in ("host", "ok", "changed", "failed", "unreachable", "skipped"):
+    for column in ("host", "ok", changed_word(record.check), "failed", "unreachable", "skipped"):
         table.add_column(column)
     for host, stats in sorted(record.hosts.items()):
         if host == "localhost":
@@ -252,6 +298,9 @@ def _print_summary(out: Output, record: Any, seconds: float) -> None:
         out.out.print(table)
     phases = ", ".join(f"{phase.name} {phase.seconds:.0f}s" for phase in record.phases)
     changed = record.changed_total()
+    if record.check:
+        _print_check_summary(out, record, seconds, phases)
+        return
     if record.status == "successful":
         out.result(f"[green]✓[/] deploy {record.id}: {changed} changed in {seconds:.0f} s ({phases})")
         return
@@ -265,3 +314,22 @@ def _print_summary(out: Output, record: Any, seconds: float) -> None:
     if failed:
         retry = gpuclus_command("deploy", record.spec, "--retry-failed")
         out.result(f"  failed or unreachable: {escape(', '.join(failed))} — fix, then `{escape(retry)}`")
+
+
+def _print_check_summary(out: Output, record: Any, seconds: float, phases: str) -> None:
+    """A check run's last words: what would change, and that nothing did; never "✓ deploy"."""
+    changed = record.changed_total()
+    if record.status == "successful":
+        what = f"{changed} task results would change" if changed else "nothing would change"
+        out.result(f"check run {record.id}: {what}, nothing was changed ({seconds:.0f} s: {phases})")
+        return
+    out.result(f"[red]✗[/] check run {record.id} {record.status} after {seconds:.0f} s ({phases}); nothing was changed")
+    if record.interrupted is not None:
+        out.result(f"  {escape(record.error or 'interrupted')} {escape(record.interrupted.describe())}")
+    elif record.error:
+        out.result(f"  Ansible said: {escape(record.error)}")
+    failed = record.failed_hosts()
+    if failed:
+        # --retry-failed re-runs the last deploy's failures, never a check's: name the hosts instead.
+        again = gpuclus_command("deploy", record.spec, "--check", "--limit", shlex.quote(hostlist.compress(failed)))
+        out.result(f"  failed or unreachable: {escape(', '.join(failed))} — fix, then `{escape(again)}`")

@@ -2,8 +2,9 @@
 
 Which hosts a run failed on comes from one place, ``RunRecord.failed_hosts()``
 (every recorded failure: a task failed or the host was unreachable, or
-preflight left it out), which is also what `gpuclus deploy --retry-failed`
-re-runs, so the list and the retry never disagree about a host.
+preflight left it out), and which run `gpuclus deploy --retry-failed` retries
+from another, ``records.last_deploy()`` (the newest run that was not a check),
+so the list and the retry never disagree about a host.
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ def runs_list(
     spec: Annotated[Path, typer.Option("--spec", help="Cluster spec whose runs to list.")] = DEFAULT_SPEC,
     json_mode: JsonOption = False,
 ) -> None:
-    """List deploy runs, newest first: id, status, changed, duration, phases; the hosts --retry-failed re-runs."""
-    from gpuclus.deploy.records import list_records
+    """List deploy runs, newest first: id, kind (deploy, or check: changed nothing), status, changed, duration,
+    phases, limit; the hosts --retry-failed re-runs."""
+    from gpuclus.deploy.records import last_deploy, list_records
 
     out = Output(json_mode=json_mode)
     out.spec = spec
@@ -58,28 +60,44 @@ def runs_list(
         if not found:
             out.result("no deploy runs recorded here yet")
             return
-        table = Table(box=None, pad_edge=False)
-        for column in ("run", "status", "changed", "seconds", "phases", "limit"):
-            table.add_column(column)
-        for record in found:
-            colour = "green" if record.status == "successful" else "red"
-            table.add_row(
-                record.id,
-                f"[{colour}]{record.status}[/]",
-                str(record.changed_total()),
-                f"{record.seconds:.0f}",
-                ",".join(phase.name for phase in record.phases),
-                escape(record.limit or ""),
-            )
-        out.out.print(table)
-        # What --retry-failed reads: the newest record's failures, whatever its status says.
-        retry = failed_hosts(found[0])
-        if retry:
+        out.out.print(_runs_table(found))
+        # What --retry-failed reads: the newest deploy's failures (never a check's), whatever its status says.
+        last = last_deploy(_state(spec))
+        retry = failed_hosts(last) if last is not None else []
+        if last is not None and retry:
             command = gpuclus_command("deploy", spec, "--retry-failed")
             out.note(
                 f"[dim]hint:[/] `{escape(command)}` re-runs {escape(hostlist.compress(retry))}, "
-                f"the hosts that failed or were unreachable in {found[0].id}"
+                f"the hosts that failed or were unreachable in {last.id}"
             )
+
+
+# Short names for the two long phases: a run of all six then nearly fits 80 columns.
+_SHORT_PHASE = {"containers": "cont", "monitoring": "mon"}
+
+
+def _runs_table(found: list[Any]) -> Table:
+    """One row per run, readable at 80 columns: id (what `runs show` takes), kind and status
+    whole; the phases by short name, cut with … when the width runs out; a --limit on a
+    second line of the row (most runs have none, so it takes no column)."""
+    table = Table(box=None, pad_edge=False, padding=(0, 1, 0, 0))
+    for column in ("run", "kind", "status", "changed", "secs"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("phases", overflow="ellipsis")
+    for record in found:
+        colour = "green" if record.status == "successful" else "red"
+        phases = ",".join(
+            _SHORT_PHASE.get(name, name) for name in [p.name for p in record.phases] or record.phases_requested
+        )
+        table.add_row(
+            record.id,
+            "[cyan]check[/]" if record.check else "deploy",
+            f"[{colour}]{record.status}[/]",
+            str(record.changed_total()),
+            f"{record.seconds:.0f}",
+            phases + (f"\n[dim]on {escape(record.limit)}[/]" if record.limit else ""),
+        )
+    return table
 
 
 @runs_app.command("show")
@@ -89,7 +107,7 @@ def runs_show(
     json_mode: JsonOption = False,
 ) -> None:
     """Show one run: spec hash, phases with durations, per-host results, failures."""
-    from gpuclus.cli.deploy import _print_summary
+    from gpuclus.cli.deploy import _print_summary, changed_word
     from gpuclus.deploy.records import load_record
 
     out = Output(json_mode=json_mode)
@@ -101,13 +119,16 @@ def runs_show(
         if json_mode:
             out.emit({"ok": True, **record.as_dict()})
             return
+        # A check changed nothing: say so first, and count what it found as "would change".
+        title = "check run" if record.check else "run"
         out.result(
-            f"[bold]run {record.id}[/]  {record.status}  {record.seconds:.0f} s  spec sha256 {record.spec_sha256[:12]}"
+            f"[bold]{title} {record.id}[/]  {record.status}  {record.seconds:.0f} s  "
+            f"spec sha256 {record.spec_sha256[:12]}"
         )
         for phase in record.phases:
             out.result(
                 f"  {phase.name:<11} {phase.seconds:6.1f} s  {phase.tasks} tasks, "
-                f"{phase.changed} changed, {phase.failed} failed"
+                f"{phase.changed} {changed_word(record.check)}, {phase.failed} failed"
             )
         _print_summary(out, record, record.seconds)
         for failure in record.failures:
