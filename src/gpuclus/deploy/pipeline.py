@@ -305,6 +305,8 @@ def prepare(
         excluded=sorted(excluded),
         check=request.check,
         verbosity=request.verbosity,
+        # Every phase the spec needs: the run's nodes get the deploy stamp that `gpuclus plan` reads.
+        full=phases == [choice.phase for choice in wanted_phases(loaded.spec, loaded.topology)[0]],
     )
     record = records.RunRecord(
         id=config.run_id,
