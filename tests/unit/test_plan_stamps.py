@@ -394,3 +394,15 @@ def test_check_progress_marks_an_interrupted_phase() -> None:
         raise KeyboardInterrupt
     assert "base ✗ interrupted" in stream.getvalue()
     assert "would change" not in stream.getvalue()
+
+
+def test_a_node_whose_host_key_gpuclus_never_saw_points_at_preflight(
+    deployed: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec, digest = deployed
+    answers: dict[str, str | SshFailure | None] = dict.fromkeys(ADDRESSES.values(), stamp_text(digest))
+    answers[ADDRESSES["gpu01"]] = SshFailure(f"{ADDRESSES['gpu01']}: Server '172.28.0.11' not found in known_hosts")
+    fake_nodes(monkeypatch, answers)
+    report = json.loads(runner.invoke(app(), ["plan", str(spec), "--json"]).stdout)
+    assert report["nodes"]["gpu01"]["state"] == "unreachable"
+    assert "gpuclus preflight" in report["nodes"]["gpu01"]["hint"]

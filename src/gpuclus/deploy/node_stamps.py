@@ -181,6 +181,7 @@ def read_stamp(target: SshTarget) -> str | None:
 
 def check_spec_nodes(loaded: LoadedSpec, spec_path: Path, digest: str) -> list[NodeStamp]:
     """Read every node's stamp with gpuclus' key and known_hosts (never learning a new host key)."""
+    from gpuclus.hints import gpuclus_command
     from gpuclus.ssh.preflight import SshAdvice, ssh_hint
 
     assert loaded.spec is not None and loaded.topology is not None
@@ -205,4 +206,10 @@ def check_spec_nodes(loaded: LoadedSpec, spec_path: Path, digest: str) -> list[N
         # Looked up when called, so a test can replace read_stamp.
         return read_stamp(SshTarget(address, user, state.private_key, state.known_hosts))
 
-    return check_nodes(nodes, digest, reader, lambda message: ssh_hint(message, user, advice))
+    def hint_for(message: str) -> str:
+        if "not found in known_hosts" in message:
+            # plan never learns a host key (RejectPolicy); preflight does, on first contact.
+            return f"gpuclus has not seen this node's host key yet: run `{gpuclus_command('preflight', spec_path)}`"
+        return ssh_hint(message, user, advice)
+
+    return check_nodes(nodes, digest, reader, hint_for)
