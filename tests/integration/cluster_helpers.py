@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,12 @@ class Cluster:
     addresses: dict[str, str]
     first: dict[str, Any]  # `deploy --json` of the fresh deploy
     second: dict[str, Any]  # and of the one after it
+    # `deploy --check --json` on the fresh nodes before the first deploy, and
+    # what those nodes had installed right after it (must be nothing of Slurm).
+    fresh_check: dict[str, Any] = field(default_factory=dict)
+    after_fresh_check: dict[str, str] = field(default_factory=dict)
+    # `deploy --check --json` on the deployed cluster, after the second deploy.
+    deployed_check: dict[str, Any] = field(default_factory=dict)
 
     def on(self, node: str, command: str, *, check: bool = True, timeout: float = 120) -> CommandResult:
         state = StateDir.beside(self.spec)

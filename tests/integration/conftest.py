@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from cluster_helpers import CLUSTER, SANDBOX_UP, Cluster, gpuclus
@@ -24,6 +27,13 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     up = gpuclus(*SANDBOX_UP, "--spec", str(spec))
     try:
         assert up.returncode == 0, up.stderr
+        nodes = [
+            node["name"]
+            for node in json.loads(gpuclus("sandbox", "status", "--spec", str(spec), "--json").stdout)["nodes"]
+        ]
+        # A check run on the fresh nodes first: it must succeed and leave them as they were.
+        fresh_check = gpuclus("deploy", str(spec), "--check", "--json")
+        after_fresh_check = {node: _installed(spec, node) for node in nodes}
         started = time.monotonic()
         first = gpuclus("deploy", str(spec), "--json")
         first_seconds = time.monotonic() - started
@@ -32,6 +42,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         second = gpuclus("deploy", str(spec), "--json")
         second_seconds = time.monotonic() - started
         assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
+        deployed_check = gpuclus("deploy", str(spec), "--check", "--json")
         status = json.loads(gpuclus("sandbox", "status", "--spec", str(spec), "--json").stdout)
         print(f"\nfresh deploy {first_seconds:.0f} s, no-change deploy {second_seconds:.0f} s")
         yield Cluster(
@@ -40,6 +51,33 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             addresses={node["name"]: node["address"] for node in status["nodes"]},
             first=json.loads(first.stdout),
             second=json.loads(second.stdout),
+            fresh_check=_json_or_output(fresh_check),
+            after_fresh_check=after_fresh_check,
+            deployed_check=_json_or_output(deployed_check),
         )
     finally:
         gpuclus("sandbox", "down", "--spec", str(spec))
+
+
+# What a deploy would have put on a node: Slurm, munge, Prometheus and chrony
+# packages, slurm.conf, the deploy stamp. Printed one per line when present.
+_INSTALLED = (
+    "for p in slurmctld slurmd munge prometheus chrony; do "
+    "dpkg-query -W -f='${Status}' $p 2>/dev/null | grep -q 'install ok installed' && echo $p; done; "
+    "test -e /etc/slurm/slurm.conf && echo slurm.conf; "
+    "test -e /var/lib/gpuclus/deployed.json && echo stamp; true"
+)
+
+
+def _installed(spec: Path, node: str) -> str:
+    probe = gpuclus("sandbox", "ssh", "--spec", str(spec), node, "--", "sh", "-c", _INSTALLED)
+    return probe.stdout if probe.returncode == 0 else f"probe failed: {probe.stderr[-500:]}"
+
+
+def _json_or_output(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The command's JSON with its exit code, or its output when it printed no JSON."""
+    try:
+        report: dict[str, Any] = json.loads(done.stdout)
+    except ValueError:
+        return {"returncode": done.returncode, "stdout": done.stdout[-4000:], "stderr": done.stderr[-4000:]}
+    return {**report, "returncode": done.returncode}
