@@ -238,7 +238,7 @@ def test_a_failed_check_run_names_its_failures_and_not_retry_failed(
 ) -> None:
     done = deploy_cli(spec, monkeypatch, "unreachable_and_failed", "--check")
     assert done.exit_code == 1, done.output
-    assert re.search(r"✗ check run \S+ failed after \d+ s \(base \d+s\); nothing was changed", done.stdout)
+    assert re.search(r"✗ check run \S+ failed after \d+ s \(base \d+ s\); nothing was changed", done.stdout)
     assert "✗ gpu01 failed: Start chronyd" in done.stderr
     # --retry-failed never takes a check run: the hint re-checks the hosts instead.
     assert "--check --limit 'gpu[01-02]'" in done.stdout

@@ -296,7 +296,7 @@ def _print_summary(out: Output, record: Any, seconds: float) -> None:
         )
     if table.row_count:
         out.out.print(table)
-    phases = ", ".join(f"{phase.name} {phase.seconds:.0f}s" for phase in record.phases)
+    phases = ", ".join(f"{phase.name} {phase.seconds:.0f} s" for phase in record.phases)
     changed = record.changed_total()
     if record.check:
         _print_check_summary(out, record, seconds, phases)

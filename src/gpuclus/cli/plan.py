@@ -247,7 +247,7 @@ class _CheckProgress:
                 self.phase_task, description=f"[bold]{escape(self.phase)}[/] [dim]{escape(event.task[:60])}[/]"
             )
         elif isinstance(event, HostResult):
-            if event.status == "changed":
+            if event.counts_changed:
                 self.changed += 1
             if event.status in {"failed", "unreachable"} and not event.ignored:
                 self.progress.console.print(

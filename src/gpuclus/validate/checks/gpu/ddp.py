@@ -33,7 +33,7 @@ def judge_ddp(payload: dict[str, Any]) -> tuple[Status, str, float | None]:
     status = thresholds.grade_scaling(efficiency)
     message = (
         f"{ranks} GPU(s) on {payload.get('nodes')} node(s): {float(payload.get('ddp_sps', 0)):.0f} samples/s, "
-        f"one GPU alone {float(payload.get('single_sps', 0)):.0f}; {trend}"
+        f"one GPU alone {float(payload.get('single_sps', 0)):.0f} samples/s; {trend}"
     )
     if not payload.get("decreasing", False):
         message += " (did not decrease)"
