@@ -52,8 +52,10 @@ def test_check_runs_are_listed_as_checks_and_never_taken_as_the_last_deploy(clus
     shown = gpuclus("runs", "show", cluster.fresh_check["id"], "--spec", str(cluster.spec))
     assert shown.returncode == 0, shown.stderr
     assert "check run" in shown.stdout
-    # The newest run may be a check run (or a later test's deploy); --retry-failed reads the last
-    # deploy, which failed nowhere here, so it has nothing to retry either way.
+    # The newest run is the check on the deployed cluster; --retry-failed reads the last
+    # deploy instead (the fixture's second, which failed nowhere) and names it.
+    assert runs[0]["id"] == cluster.deployed_check["id"], [run["id"] for run in runs]
     retried = gpuclus("deploy", str(cluster.spec), "--retry-failed", "--json")
     assert retried.returncode == 2, retried.stdout + retried.stderr
-    assert "check" not in json.loads(retried.stdout)["error"]["message"] or "deploy" in retried.stdout
+    message = json.loads(retried.stdout)["error"]["message"]
+    assert f"the last deploy ({cluster.second['id']})" in message, message
