@@ -7,18 +7,20 @@ roles of the session's deployed sandbox: the deploy exits 4 naming only the
 down node, Slurm and Prometheus on the controller are fully deployed, a node
 never seen is defined FUTURE in slurm.conf, and once the node is back a
 `--retry-failed` and a full deploy converge. The cluster is left as it was
-found (the validate tests run after this file).
+found (the validate tests run after this file). A node stopped in the middle of a deploy
+(once its slurm phase starts) is named the same way, and the rest finish.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_helpers import CLUSTER, GPU1, GPU2, HEAD, SANDBOX_UP, Cluster, gpuclus
+from cluster_helpers import CLUSTER, GPU1, GPU2, GPUCLUS, HEAD, SANDBOX_UP, Cluster, gpuclus
 
 GPU3 = f"{CLUSTER}-gpu03"
 
@@ -90,6 +92,58 @@ def test_a_stopped_compute_node_is_left_out_and_the_rest_deployed(cluster: Clust
     code, full = deploy_json(cluster.spec)
     assert code == 0, full
     assert GPU3 not in cluster.on(HEAD, "cat /etc/slurm/slurm.conf").stdout
+    code, again = deploy_json(cluster.spec)
+    assert code == 0 and again["changed"] == 0, again["hosts"]
+    cluster.on(HEAD, f"scontrol update nodename={GPU2} state=resume", check=False)
+    assert sinfo_states(cluster) == {GPU1: "idle", GPU2: "idle"}
+
+
+def _run_stdout(spec: Path, before: set[Path]) -> str:
+    """What the deploy started after ``before`` has printed so far (ansible-runner's stdout file)."""
+    runs = spec.parent / ".gpuclus" / "runs"
+    new = sorted(set(runs.iterdir()) - before) if runs.is_dir() else []
+    if not new:
+        return ""
+    try:
+        return (new[-1] / "artifacts" / new[-1].name / "stdout").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_a_compute_node_stopped_during_a_deploy_is_named_and_the_rest_finish(cluster: Cluster) -> None:
+    # Stopped once the slurm phase starts: base and nfs reached it, slurm and monitoring cannot.
+    runs = cluster.spec.parent / ".gpuclus" / "runs"
+    before = set(runs.iterdir())
+    deploy = subprocess.Popen(
+        [*GPUCLUS, "deploy", str(cluster.spec), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    stopped = False
+    try:
+        deadline = time.monotonic() + 600
+        while deploy.poll() is None and time.monotonic() < deadline:
+            if "PLAY [gpuclus phase slurm]" in _run_stdout(cluster.spec, before):
+                subprocess.run([cluster.engine, "stop", "--time", "1", GPU2], check=True, capture_output=True)
+                stopped = True
+                break
+            time.sleep(0.2)
+        stdout, stderr = deploy.communicate(timeout=900)
+        assert stopped, "the deploy ended before its slurm phase started: " + stderr[-2000:]
+        report = json.loads(stdout)
+        assert deploy.returncode == 4, report
+        assert report["status"] == "unreachable"
+        assert {(f["host"], f["unreachable"]) for f in report["failures"]} == {(GPU2, True)}, report["failures"]
+        assert {f["phase"] for f in report["failures"]} <= {"slurm", "monitoring"}, report["failures"]
+        assert_controller_fully_deployed(cluster, report)
+    finally:
+        if deploy.poll() is None:
+            deploy.kill()
+        subprocess.run([cluster.engine, "start", GPU2], check=True, capture_output=True)
+
+    up = gpuclus(*SANDBOX_UP, "--spec", str(cluster.spec))
+    assert up.returncode == 0, up.stderr
+    code, retried = deploy_json(cluster.spec, "--retry-failed")
+    assert code == 0, retried
+    assert retried["limit"] == GPU2
     code, again = deploy_json(cluster.spec)
     assert code == 0 and again["changed"] == 0, again["hosts"]
     cluster.on(HEAD, f"scontrol update nodename={GPU2} state=resume", check=False)
