@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -12,7 +13,8 @@ from gpuclus.sandbox.image import ADMIN_USER
 from gpuclus.ssh.client import CommandResult, SshTarget, connect, run
 from gpuclus.state import StateDir
 
-CLUSTER = "itcl"
+# Another name lets a second test run share the machine with one in progress.
+CLUSTER = os.environ.get("GPUCLUS_TEST_CLUSTER", "itcl")
 HEAD, GPU1, GPU2 = f"{CLUSTER}-head", f"{CLUSTER}-gpu01", f"{CLUSTER}-gpu02"
 GPUCLUS = [sys.executable, "-m", "gpuclus"]
 SANDBOX_UP = ("sandbox", "up", "--name", CLUSTER, "--nodes", "3", "--gpus-per-node", "2")
