@@ -17,6 +17,11 @@ pytestmark = pytest.mark.integration
 PHASES = ["base", "nfs", "slurm", "monitoring"]
 
 
+@pytest.fixture
+def cluster(deployed: Cluster) -> Cluster:
+    return deployed
+
+
 def test_a_check_run_on_fresh_nodes_succeeds_and_says_what_would_change(cluster: Cluster) -> None:
     check = cluster.fresh_check
     assert check.get("returncode") == 0, check
