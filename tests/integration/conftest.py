@@ -18,6 +18,10 @@ from typing import Any
 import pytest
 from cluster_helpers import CLUSTER, SANDBOX_UP, Cluster, gpuclus
 
+from gpuclus.sandbox.image import ADMIN_USER
+from gpuclus.ssh.client import SshTarget, run_once
+from gpuclus.state import StateDir
+
 
 @pytest.fixture(scope="session")
 def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
@@ -27,13 +31,11 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     up = gpuclus(*SANDBOX_UP, "--spec", str(spec))
     try:
         assert up.returncode == 0, up.stderr
-        nodes = [
-            node["name"]
-            for node in json.loads(gpuclus("sandbox", "status", "--spec", str(spec), "--json").stdout)["nodes"]
-        ]
+        status = json.loads(gpuclus("sandbox", "status", "--spec", str(spec), "--json").stdout)
+        addresses = {node["name"]: node["address"] for node in status["nodes"]}
         # A check run on the fresh nodes first: it must succeed and leave them as they were.
         fresh_check = gpuclus("deploy", str(spec), "--check", "--json")
-        after_fresh_check = {node: _installed(spec, node) for node in nodes}
+        after_fresh_check = {node: _installed(spec, address) for node, address in addresses.items()}
         started = time.monotonic()
         first = gpuclus("deploy", str(spec), "--json")
         first_seconds = time.monotonic() - started
@@ -69,9 +71,10 @@ _INSTALLED = (
 )
 
 
-def _installed(spec: Path, node: str) -> str:
-    probe = gpuclus("sandbox", "ssh", "--spec", str(spec), node, "--", "sh", "-c", _INSTALLED)
-    return probe.stdout if probe.returncode == 0 else f"probe failed: {probe.stderr[-500:]}"
+def _installed(spec: Path, address: str) -> str:
+    state = StateDir.beside(spec)
+    probe = run_once(SshTarget(address, ADMIN_USER, state.private_key, state.known_hosts), _INSTALLED)
+    return probe.stdout if probe.exit_status == 0 else f"probe failed: {probe.stderr[-500:]}"
 
 
 def _json_or_output(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
