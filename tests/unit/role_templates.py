@@ -79,3 +79,29 @@ def render(role: str, template: str, inventory: dict[str, Any], host: str, **ext
     source = (ROLES / role / "templates" / template).read_text()
     templar = Templar(loader=DataLoader(), variables=role_variables(role, inventory, host, extra))
     return str(templar.template(trust_as_template(source)))
+
+
+def role_os_variables(role: str, os_vars: str, facts: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """A role's defaults, vars/main.yml and one per-OS vars file (``vars/<os_vars>``), with the given facts.
+
+    For roles whose per-OS data is the thing under test (nvidia_driver): no
+    inventory, just what the role reads itself, as Ansible would load it.
+    """
+    loader = DataLoader()
+    variables: dict[str, Any] = {}
+    base = ROLES / role
+    for path in (base / "defaults" / "main.yml", base / "vars" / "main.yml", base / "vars" / os_vars):
+        variables.update(_trusted(loader.load_from_file(str(path)) or {}))
+    variables.update(
+        inventory_hostname="gpu01",
+        role_path=str(base),
+        ansible_check_mode=False,
+        ansible_facts={**FACTS, **facts, "hostname": "gpu01"},
+    )
+    variables.update(extra)
+    return variables
+
+
+def role_templar(role: str, os_vars: str, facts: dict[str, Any], **extra: Any) -> Templar:
+    """A Templar over role_os_variables: ``templar.template(trust_as_template('{{ name }}'))`` renders a var."""
+    return Templar(loader=DataLoader(), variables=role_os_variables(role, os_vars, facts, extra))

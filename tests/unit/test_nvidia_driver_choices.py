@@ -1,0 +1,360 @@
+"""The nvidia_driver role's per-OS choices, rendered as Ansible renders them.
+
+Which source, kernel module flavour, packages, hold command and kernel headers
+the role picks is data (roles/nvidia_driver/vars/<OS>.yml) plus the decisions in
+vars/main.yml. Here they are rendered with Ansible's Templar for each OS the
+role supports (facts as Ansible reports them) and each GPU the issue names, and
+the preflight asserts are evaluated for the combinations no OS or GPU allows.
+No node is involved: what this proves is the choice, not that the packages
+install (Debian 12 is installed for real by the molecule scenario; the others
+only on paper).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from ansible.template import Templar, trust_as_template
+from role_templates import ROLES, role_templar
+
+ROLE = "nvidia_driver"
+
+# Facts as `ansible -m setup` reports them on each OS (kernel: a stock one).
+OSES: dict[str, dict[str, str]] = {
+    "ubuntu22": {
+        "distribution": "Ubuntu",
+        "distribution_major_version": "22",
+        "distribution_version": "22.04",
+        "os_family": "Debian",
+        "kernel": "5.15.0-131-generic",
+    },
+    "ubuntu24": {
+        "distribution": "Ubuntu",
+        "distribution_major_version": "24",
+        "distribution_version": "24.04",
+        "os_family": "Debian",
+        "kernel": "6.8.0-52-generic",
+    },
+    "debian12": {
+        "distribution": "Debian",
+        "distribution_major_version": "12",
+        "distribution_version": "12.9",
+        "os_family": "Debian",
+        "kernel": "6.1.0-31-amd64",
+    },
+    "rocky9": {
+        "distribution": "Rocky",
+        "distribution_major_version": "9",
+        "distribution_version": "9.5",
+        "os_family": "RedHat",
+        "kernel": "5.14.0-503.14.1.el9_5.x86_64",
+    },
+}
+
+# GPU model -> (generation preflight reports, a branch that drives it).
+# B200 needs 570 or newer (Blackwell); the others take the default 550.
+GPUS: dict[str, tuple[str, str]] = {
+    "V100": ("volta", "550"),
+    "A100": ("ampere", "550"),
+    "H100": ("hopper", "550"),
+    "B200": ("blackwell", "570"),
+    "RTX 4090": ("ada", "550"),
+}
+
+
+def vars_file(facts: dict[str, str]) -> str:
+    """The file tasks/main.yml's first_found picks for these facts."""
+    candidates = [
+        f"{facts['distribution']}-{facts['distribution_major_version']}.yml",
+        f"{facts['os_family']}-{facts['distribution_major_version']}.yml",
+    ]
+    return next(name for name in candidates if (ROLES / ROLE / "vars" / name).exists())
+
+
+def templar(os_name: str, **inputs: Any) -> Templar:
+    facts = OSES[os_name]
+    return role_templar(ROLE, vars_file(facts), facts, **inputs)
+
+
+def value(t: Templar, name: str) -> Any:
+    return t.template(trust_as_template("{{ " + name + " }}"))
+
+
+def choices(os_name: str, gpu: str, **inputs: Any) -> dict[str, Any]:
+    generation, branch = GPUS[gpu]
+    t = templar(os_name, nvidia_driver_gpu_generation=generation, nvidia_driver_branch=branch, **inputs)
+    return {
+        "source": value(t, "__nvidia_driver_source"),
+        "modules": value(t, "__nvidia_driver_kernel_modules"),
+        "packages": value(t, "__nvidia_driver_package_list"),
+        "install": value(t, "__nvidia_driver_install_names"),
+        "hold": value(t, "__nvidia_driver_hold_command"),
+        "headers": value(t, "__nvidia_driver_headers"),
+    }
+
+
+def expected(os_name: str, gpu: str) -> dict[str, Any]:
+    generation, branch = GPUS[gpu]
+    kernel = OSES[os_name]["kernel"]
+    modules = "proprietary" if generation == "volta" else "open"
+    if os_name.startswith("ubuntu"):
+        headers = [f"linux-headers-{kernel}"]
+        driver = f"nvidia-driver-{branch}-server" + ("-open" if modules == "open" else "")
+        packages = [*headers, driver, f"nvidia-compute-utils-{branch}-server"]
+        return {
+            "source": "distro",
+            "modules": modules,
+            "packages": packages,
+            "install": packages,
+            "hold": ["apt-mark", "hold"],
+            "headers": headers,
+        }
+    if os_name == "debian12":
+        # 550 and 570 are not Debian's 535: auto takes NVIDIA's repository.
+        headers = [f"linux-headers-{kernel}"]
+        if modules == "proprietary":
+            drivers = [f"cuda-drivers-{branch}"]
+        elif int(branch) >= 560:
+            drivers = [f"nvidia-open-{branch}"]
+        else:
+            drivers = ["nvidia-kernel-open-dkms", f"cuda-drivers-{branch}"]
+        install = [*headers, *drivers, "nvidia-persistenced"]
+        return {
+            "source": "cuda_repo",
+            "modules": modules,
+            "packages": ["cuda-keyring", *install],
+            "install": install,
+            "hold": ["apt-mark", "hold"],
+            "headers": headers,
+        }
+    headers = [f"kernel-devel-{kernel}"]
+    kmod = "kmod-nvidia-open-dkms" if modules == "open" else "kmod-nvidia-latest-dkms"
+    stream = f"{branch}-open" if modules == "open" else f"{branch}-dkms"
+    return {
+        "source": "cuda_repo",
+        "modules": modules,
+        "packages": [
+            "epel-release",
+            "python3-dnf-plugin-versionlock",
+            *headers,
+            "nvidia-driver",
+            "nvidia-driver-cuda",
+            kmod,
+            "nvidia-persistenced",
+        ],
+        "install": [*headers, f"@nvidia-driver:{stream}", "nvidia-persistenced"],
+        "hold": ["dnf", "versionlock", "add"],
+        "headers": headers,
+    }
+
+
+@pytest.mark.parametrize("gpu", list(GPUS))
+@pytest.mark.parametrize("os_name", list(OSES))
+def test_choice_per_os_and_gpu(os_name: str, gpu: str) -> None:
+    assert choices(os_name, gpu) == expected(os_name, gpu)
+
+
+@pytest.mark.parametrize("gpu", list(GPUS))
+@pytest.mark.parametrize("os_name", list(OSES))
+def test_every_matrix_case_passes_preflight(os_name: str, gpu: str) -> None:
+    generation, branch = GPUS[gpu]
+    assert refusals(os_name, nvidia_driver_gpu_generation=generation, nvidia_driver_branch=branch) == []
+
+
+def test_debian12_branch_535_takes_debians_own_driver() -> None:
+    t = templar("debian12", nvidia_driver_gpu_generation="ampere", nvidia_driver_branch="535")
+    assert value(t, "__nvidia_driver_source") == "distro"
+    assert value(t, "__nvidia_driver_package_list") == [
+        "linux-headers-6.1.0-31-amd64",
+        "nvidia-driver",
+        "nvidia-open-kernel-dkms",
+        "firmware-nvidia-gsp",
+        "nvidia-smi",
+        "nvidia-persistenced",
+    ]
+    proprietary = templar("debian12", nvidia_driver_gpu_generation="volta", nvidia_driver_branch=535)
+    assert value(proprietary, "__nvidia_driver_install_names")[1:3] == ["nvidia-driver", "nvidia-kernel-dkms"]
+
+
+def test_ubuntu_can_take_nvidias_repository() -> None:
+    t = templar("ubuntu24", nvidia_driver_gpu_generation="hopper", nvidia_driver_source="cuda_repo")
+    assert value(t, "__nvidia_driver_package_list") == [
+        "cuda-keyring",
+        "linux-headers-6.8.0-52-generic",
+        "nvidia-driver-550-open",
+        "cuda-drivers-550",
+        "nvidia-compute-utils-550",
+    ]
+    assert value(t, "__nvidia_driver_cuda_repo.url") == (
+        "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/"
+    )
+
+
+def test_grace_on_arm_uses_the_sbsa_repository() -> None:
+    facts = {**OSES["ubuntu22"], "architecture": "aarch64"}
+    t = role_templar(
+        ROLE, "Ubuntu-22.yml", facts, nvidia_driver_gpu_generation="grace", nvidia_driver_source="cuda_repo"
+    )
+    assert value(t, "__nvidia_driver_cuda_repo.url").endswith("/repos/ubuntu2204/sbsa/")
+    assert value(t, "__nvidia_driver_kernel_modules") == "open"
+
+
+@pytest.mark.parametrize("os_name", list(OSES))
+def test_no_headers_where_no_module_can_load(os_name: str) -> None:
+    t = templar(os_name, nvidia_driver_gpu_generation="hopper", nvidia_driver_module_loadable=False)
+    assert value(t, "__nvidia_driver_headers") == []
+    assert not any("headers" in name or "kernel-devel" in name for name in value(t, "__nvidia_driver_package_list"))
+
+
+@pytest.mark.parametrize(
+    ("os_name", "command"),
+    [
+        ("debian12", ["update-initramfs", "-u", "-k", "all"]),
+        ("ubuntu22", ["update-initramfs", "-u", "-k", "all"]),
+        ("rocky9", ["dracut", "-f", "--regenerate-all"]),
+    ],
+)
+def test_initramfs_and_unattended_upgrades_per_os(os_name: str, command: list[str]) -> None:
+    t = templar(os_name)
+    assert value(t, "__nvidia_driver_initramfs_command") == command
+    exclusion = value(t, "__nvidia_driver_unattended_upgrades_file")
+    if os_name == "rocky9":
+        assert exclusion is None  # dnf-automatic honours versionlock
+    else:
+        assert exclusion == "/etc/apt/apt.conf.d/51gpuclus-nvidia-driver"
+
+
+def test_fabric_manager_and_dcgm_names() -> None:
+    assert value(templar("ubuntu22", nvidia_driver_source="cuda_repo"), "__nvidia_driver_fabricmanager_package") == (
+        "nvidia-fabricmanager-550"
+    )
+    assert value(templar("rocky9"), "__nvidia_driver_fabricmanager_package") == "nvidia-fabric-manager"
+    # Debian packages none: an NVSwitch node on Debian's own driver needs cuda_repo.
+    assert value(templar("debian12", nvidia_driver_branch="535"), "__nvidia_driver_fabricmanager_package") is None
+    assert value(templar("rocky9"), "__nvidia_driver_version_separator") == "-"
+    assert value(templar("debian12"), "__nvidia_driver_dcgm_package") == "datacenter-gpu-manager"
+
+
+# Holding -------------------------------------------------------------------------------------
+
+
+def probe(installed: str, held: str) -> dict[str, Any]:
+    return {"found": {"commands": [{"stdout": installed}, {"stdout": held}, {"stdout": "enabled\n"}], "units": {}}}
+
+
+def test_apt_holds_what_is_installed_and_not_held() -> None:
+    installed = "ii nvidia-driver\nii libcuda1\nun nvidia-kernel-dkms\nii nvidia-container-toolkit\nii nvidia-smi\n"
+    t = templar("debian12", __nvidia_driver_probe=probe(installed, "nvidia-smi\n"))
+    # Removed packages (un) are not held; the container toolkit belongs to the containers phase.
+    assert value(t, "__nvidia_driver_unheld") == ["libcuda1", "nvidia-driver"]
+
+
+def test_dnf_reads_versionlock_names() -> None:
+    installed = "nvidia-driver\nkmod-nvidia-open-dkms\nnvidia-persistenced\n"
+    held = (
+        "Last metadata expiration check: 0:10:11 ago on Mon 03 Mar 2025 08:00:00 AM UTC.\n"
+        "nvidia-driver-3:550.127.08-1.el9.*\nkmod-nvidia-open-dkms-3:550.127.08-1.el9.*\n"
+    )
+    t = templar("rocky9", __nvidia_driver_probe=probe(installed, held))
+    assert value(t, "__nvidia_driver_held_names") == ["nvidia-driver", "kmod-nvidia-open-dkms"]
+    assert value(t, "__nvidia_driver_unheld") == ["nvidia-persistenced"]
+
+
+# Refusals ------------------------------------------------------------------------------------
+
+
+def preflight_asserts() -> list[dict[str, Any]]:
+    tasks = yaml.safe_load((ROLES / ROLE / "tasks" / "preflight.yml").read_text())
+    return [task["ansible.builtin.assert"] for task in tasks if "ansible.builtin.assert" in task]
+
+
+def refusals(os_name: str, **inputs: Any) -> list[str]:
+    """The fail_msg of the first preflight assert that fails for these inputs (Ansible stops there)."""
+    t = templar(os_name, **inputs)
+    for check in preflight_asserts():
+        if not all(t.evaluate_conditional(trust_as_template(str(condition))) for condition in check["that"]):
+            return [" ".join(str(t.template(trust_as_template(check["fail_msg"]))).split())]
+    return []
+
+
+def test_debian12_distro_source_is_535_only() -> None:
+    messages = refusals("debian12", nvidia_driver_branch="550", nvidia_driver_source="distro")
+    assert messages == [
+        "Debian 12's own NVIDIA driver is branch 535 only, not 550: set nvidia_driver_branch to 535, "
+        "or nvidia_driver_source to cuda_repo (NVIDIA's repository)."
+    ]
+
+
+def test_proprietary_modules_on_blackwell_are_refused() -> None:
+    messages = refusals(
+        "ubuntu24",
+        nvidia_driver_gpu_generation="blackwell",
+        nvidia_driver_branch="570",
+        nvidia_driver_kernel_modules="proprietary",
+    )
+    assert messages == [
+        "gpu01 has blackwell GPUs, which only the open kernel modules drive: "
+        "set nvidia_driver_kernel_modules to open or auto (it is proprietary)."
+    ]
+
+
+def test_open_modules_on_volta_are_refused() -> None:
+    messages = refusals("rocky9", nvidia_driver_gpu_generation="volta", nvidia_driver_kernel_modules="open")
+    assert len(messages) == 1 and "do not drive (they need Turing or newer)" in messages[0]
+
+
+def test_a_branch_too_old_for_the_gpus_is_refused() -> None:
+    messages = refusals("ubuntu22", nvidia_driver_gpu_generation="blackwell", nvidia_driver_branch="550")
+    assert messages == [
+        "gpu01 has blackwell GPUs, which driver branch 550 does not know: "
+        "they need branch 570 or newer (nvidia_driver_branch)."
+    ]
+
+
+def test_rocky_has_no_distro_driver() -> None:
+    messages = refusals("rocky9", nvidia_driver_source="distro")
+    assert messages == ["Rocky 9 ships no NVIDIA driver of its own: set nvidia_driver_source to cuda_repo or auto."]
+
+
+def test_branches_named_without_their_branch_are_refused() -> None:
+    messages = refusals("debian12", nvidia_driver_branch="590")
+    assert len(messages) == 1 and "use branch 580 or older" in messages[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "bad"),
+    [
+        ("nvidia_driver_branch", "55"),
+        ("nvidia_driver_branch", "550\n"),
+        ("nvidia_driver_source", "ppa"),
+        ("nvidia_driver_kernel_modules", "nouveau"),
+        ("nvidia_driver_gpu_generation", "pascal"),
+        ("nvidia_driver_module_loadable", "maybe"),
+    ],
+)
+def test_bad_inputs_are_refused(name: str, bad: str) -> None:
+    messages = refusals("debian12", **{name: bad})
+    assert messages and name in messages[0]
+
+
+# Rendered files ------------------------------------------------------------------------------
+
+
+def rendered(template: str, os_name: str, **inputs: Any) -> str:
+    source = Path(ROLES / ROLE / "templates" / template).read_text()
+    return str(templar(os_name, **inputs).template(trust_as_template(source)))
+
+
+def test_debian_sources_add_the_nonfree_components() -> None:
+    text = rendered("etc/apt/sources.list.d/gpuclus-nvidia-driver.sources.j2", "debian12", nvidia_driver_branch="535")
+    assert "Suites: bookworm bookworm-updates\nComponents: contrib non-free non-free-firmware\n" in text
+    assert "Suites: bookworm-security\n" in text
+
+
+def test_unattended_upgrades_blacklist() -> None:
+    text = rendered("etc/apt/apt.conf.d/51gpuclus-nvidia-driver.j2", "ubuntu22")
+    assert 'Unattended-Upgrade::Package-Blacklist {\n    "nvidia-";\n    "libnvidia-";\n' in text
+    assert '    "linux-modules-nvidia-";\n' in text
