@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,11 @@ def test_a_healthy_cpu_node_passes_everything() -> None:
         "hostname": "ok",
         "disk": "ok",
         "gpus": "skip",
+        "gpu-model": "skip",
+        "secure-boot": "skip",
+        "nouveau": "skip",
+        "kernel-headers": "skip",
+        "nvswitch": "skip",
         "names": "ok",
     }
 
@@ -399,3 +405,203 @@ def test_the_progress_line_counts_nodes() -> None:
 
     assert _progress(2, 5) == "preflight: 2/5 nodes answered"
     assert _progress(0, 1) == "preflight: 0/1 node answered"
+
+
+# Detection on GPU nodes (issue 13 item 1): recorded probe answers of real machines' kinds.
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "preflight"
+
+GPU_SPEC = """\
+apiVersion: gpuclus/v1
+cluster: {name: lab, admin_user: ubuntu}
+nodes:
+  - {name: head, address: 10.0.0.10, roles: [controller, login]}
+  - {name: hgx01, address: 10.0.0.11, roles: [compute], gpus: {count: 8, model: h100}}
+  - {name: ws01, address: 10.0.0.12, roles: [compute], gpus: {count: 1, model: 4090}}
+  - {name: v100a, address: 10.0.0.13, roles: [compute], gpus: {count: 4, model: v100}}
+  - {name: rocky01, address: 10.0.0.14, roles: [compute], gpus: {count: 4, model: a100-80gb}}
+  - {name: sandbox-gpu01, address: 10.0.0.15, roles: [compute], gpus: {count: 2, fake: true}}
+monitoring: {prometheus: false}
+containers: {enroot: false, pyxis: false}
+"""
+
+
+def gpu_node(name: str) -> Node:
+    loaded = load_spec_text(GPU_SPEC)
+    assert loaded.topology is not None, loaded.findings
+    return loaded.topology.by_name()[name]
+
+
+def recorded(fixture: str) -> dict[str, list[str]]:
+    return parse_sections((FIXTURES / f"{fixture}.txt").read_text())
+
+
+def detection(node_name: str, fixture: str, driver_install: bool = True) -> dict[str, tuple[str, str, str]]:
+    checks = judge(gpu_node(node_name), recorded(fixture), "ubuntu", 10, driver_install=driver_install)
+    names = ("gpus", *preflight_module.GPU_NODE_CHECKS)
+    return {check.name: (check.status, check.message, check.hint) for check in checks if check.name in names}
+
+
+def test_an_hgx_h100_node_with_secure_boot_on_fails_with_the_fix() -> None:
+    found = detection("hgx01", "h100-hgx-secure-boot")
+    assert {name: status for name, (status, _, _) in found.items()} == {
+        "gpus": "ok",
+        "gpu-model": "ok",
+        "secure-boot": "fail",
+        "nouveau": "ok",
+        "kernel-headers": "ok",
+        "nvswitch": "ok",
+    }
+    assert found["gpu-model"][1] == "8x h100 (0x2330, hopper): open kernel modules recommended"
+    _, message, hint = found["secure-boot"]
+    assert message == (
+        "Secure Boot is on (mokutil --sb-state): the driver's DKMS-built kernel modules are unsigned and would not load"
+    )
+    assert "enrol a Machine Owner Key" in hint and "turn Secure Boot off" in hint
+    assert found["nvswitch"][1] == "HGX with 4 NVSwitches: fabric manager needed"
+    assert found["kernel-headers"][1] == "linux-headers-5.15.0-105-generic installed"
+
+
+def test_secure_boot_on_is_fine_when_gpuclus_installs_no_driver() -> None:
+    found = detection("hgx01", "h100-hgx-secure-boot", driver_install=False)
+    assert found["secure-boot"][:2] == ("ok", "on (mokutil --sb-state); nvidia.driver.install is false")
+    assert found["kernel-headers"][:2] == ("skip", "kernel 5.15.0-105-generic; nvidia.driver.install is false")
+
+
+def test_a_workstation_with_nouveau_loaded_warns_that_a_reboot_follows() -> None:
+    found = detection("ws01", "rtx4090-workstation-nouveau")
+    assert found["gpu-model"][:2] == ("ok", "1x rtx4090 (0x2684, ada): open kernel modules recommended")
+    assert found["nouveau"] == (
+        "warn",
+        "nouveau (the open-source driver) is loaded",
+        "the nvidia role blacklists it and rebuilds the initramfs; a reboot follows",
+    )
+    assert found["secure-boot"][:2] == ("ok", "off (mokutil --sb-state)")
+    assert found["kernel-headers"][:2] == (
+        "ok",
+        "linux-headers-6.8.0-31-generic installable (the nvidia role installs it)",
+    )
+    assert found["nvswitch"][:2] == ("ok", "no NVSwitch on the PCI bus")
+
+
+def test_a_v100_node_without_installable_headers_fails_with_the_package_name() -> None:
+    found = detection("v100a", "v100-headers-missing")
+    assert found["gpu-model"][:2] == ("ok", "4x v100 (0x1db5, volta): proprietary kernel modules")
+    assert found["secure-boot"][:2] == ("ok", "off (legacy BIOS boot, no UEFI)")
+    status, message, hint = found["kernel-headers"]
+    assert (status, message) == (
+        "fail",
+        "linux-headers-6.1.0-13-amd64 is not installed and apt has no candidate for it: "
+        "DKMS cannot build the driver for 6.1.0-13-amd64",
+    )
+    assert "linux-headers-6.1.0-13-amd64" in hint and "reboot" in hint
+
+
+def test_a_node_without_mokutil_and_without_the_efi_variable_leaves_secure_boot_unknown() -> None:
+    found = detection("rocky01", "a100-rocky-no-mokutil")
+    assert found["secure-boot"][:2] == (
+        "skip",
+        "Secure Boot state unknown: no mokutil and no readable SecureBoot EFI variable",
+    )
+    assert found["gpu-model"][:2] == ("ok", "4x a100 (0x20b2, ampere): open kernel modules recommended")
+    status, message, hint = found["kernel-headers"]
+    assert (status, message) == (
+        "warn",
+        "kernel-devel-5.14.0-362.8.1.el9_3.x86_64 is not installed (the nvidia role installs it with dnf)",
+    )
+    assert "dnf update kernel" in hint
+
+
+@pytest.mark.parametrize(
+    ("lines", "state"),
+    [
+        (["efivar 1"], ("on", "the SecureBoot EFI variable")),
+        (["efivar 0"], ("off", "the SecureBoot EFI variable")),
+        # mokutil without the rights to read the variables: the variable itself still answers.
+        (["mokutil Failed to read SecureBoot", "efivar 1"], ("on", "the SecureBoot EFI variable")),
+        (["mokutil This system doesn't support Secure Boot", "bios"], ("off", "legacy BIOS boot, no UEFI")),
+        (
+            ["mokutil EFI variables are not supported on this system", "efi"],
+            (
+                "unknown",
+                "mokutil said 'EFI variables are not supported on this system' and the SecureBoot EFI variable "
+                "is not readable",
+            ),
+        ),
+        ([], ("unknown", "no mokutil and no readable SecureBoot EFI variable")),
+    ],
+)
+def test_secure_boot_is_read_from_mokutil_then_the_efi_variable(lines: list[str], state: tuple[str, str]) -> None:
+    assert preflight_module.secure_boot_state(lines) == state
+
+
+def test_fake_gpus_and_cpu_nodes_skip_detection_with_the_reason() -> None:
+    fake = detection("sandbox-gpu01", "sandbox-fake-gpus")
+    assert fake.pop("gpus")[:2] == ("skip", "2 fake GPU device(s), no driver (spec: fake)")
+    assert set(fake.values()) == {("skip", "fake GPUs (spec: fake): no driver to install", "")}
+    cpu = detection("head", "cpu-node")
+    assert cpu.pop("gpus")[:2] == ("skip", "0 NVIDIA GPU(s) on the PCI bus")
+    assert set(cpu.values()) == {("skip", "no GPUs in the spec", "")}
+
+
+def test_a_gpu_node_whose_gpus_are_missing_skips_the_headers() -> None:
+    sections = recorded("v100-headers-missing")
+    sections["pci"], sections["headers"] = [], ["nogpu"]
+    found = {c.name: c for c in judge(gpu_node("v100a"), sections, "ubuntu", 10)}
+    assert found["gpus"].status == "fail"
+    assert (found["kernel-headers"].status, found["kernel-headers"].message) == (
+        "skip",
+        "kernel 6.1.0-13-amd64: no NVIDIA GPU on the PCI bus",
+    )
+    assert (found["gpu-model"].status, found["gpu-model"].message) == ("skip", "no NVIDIA GPU on the PCI bus")
+
+
+def test_a_different_model_fails_naming_both() -> None:
+    found = detection("v100a", "h100-hgx-secure-boot")
+    assert found["gpus"][0] == "fail"  # 8 on the bus, 4 in the spec
+    status, message, hint = found["gpu-model"]
+    assert (status, message) == ("fail", "the spec says v100, the node has 8x h100 (0x2330, hopper)")
+    assert "nodes[].gpus.model" in hint and "h100" in hint
+
+
+def test_an_unknown_device_id_warns_and_shows_the_id() -> None:
+    sections = recorded("rtx4090-workstation-nouveau")
+    sections["pci"] = ["/sys/bus/pci/devices/0000:01:00.0 0x1234"]
+    found = {c.name: c for c in judge(gpu_node("ws01"), sections, "ubuntu", 10)}
+    assert (found["gpu-model"].status, found["gpu-model"].message) == (
+        "warn",
+        "1x unknown device 0x1234: 4090 not checked, device 0x1234 not in gpuclus' GPU catalogue",
+    )
+    assert found["gpus"].status == "ok"
+
+
+def test_the_detection_checks_reach_the_json() -> None:
+    report = NodeReport(
+        "hgx01", "10.0.0.11", True, checks=judge(gpu_node("hgx01"), recorded("h100-hgx-secure-boot"), "ubuntu", 10)
+    )
+    names = [check["name"] for check in report.as_dict()["checks"]]
+    assert names[names.index("gpus") :][:6] == ["gpus", *preflight_module.GPU_NODE_CHECKS]
+
+
+def test_the_probe_runs_under_posix_sh_on_a_machine_without_gpus() -> None:
+    # This machine has no NVIDIA device: the new sections come out empty or
+    # "unknown"-ish, and nothing is written to stderr (every command tolerates absence).
+    probe = preflight_module.PROBE.replace("NAMES", "localhost")
+    result = subprocess.run(["/bin/sh", "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    assert result.stderr == ""
+    sections = parse_sections(result.stdout)
+    assert sections["pci"] == [] and sections["nvswitch"] == []
+    assert sections["nouveau"] == ["no"]
+    assert sections["kernel"] and sections["kernel"][0]
+    assert sections["secureboot"] and sections["secureboot"][-1].split()[0] in {"bios", "efi", "efivar"}
+    assert sections["headers"] == ["nogpu"]  # apt-cache is not asked on a node without a GPU
+    state, _ = preflight_module.secure_boot_state(sections["secureboot"])
+    assert state in {"on", "off", "unknown"}
+    # As if a GPU had been found: the package manager's answer, whichever this machine has.
+    assert "g=''" in probe
+    result = subprocess.run(["/bin/sh", "-c", probe.replace("g=''", "g=1")], capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (0, "")
+    headers = parse_sections(result.stdout)["headers"][0].split()
+    assert headers[0] in {"installed", "candidate", "missing", "absent", "unknown"}
+    assert headers[0] == "unknown" or headers[1].endswith(sections["kernel"][0])

@@ -52,16 +52,38 @@ SUPPORTED = {("debian", "12"): True, ("ubuntu", "22.04"): False, ("ubuntu", "24.
 # Everything in one round trip. Sections are separated by marker lines. The
 # clock is read last: skew_checks() takes it as read when the answer arrived,
 # and a slow step after it (a name lookup waiting on DNS) showed as skew.
+# sysfs is read with the `read` builtin (no process per PCI device). Each GPU
+# section tolerates a missing tool; apt-cache (up to a few seconds with a cold
+# cache) runs only on a node with an NVIDIA GPU whose headers are missing.
 PROBE = r"""
 echo '@@sudo'; sudo -n true >/dev/null 2>&1 && echo yes || echo no
 echo '@@os'; . /etc/os-release 2>/dev/null; echo "${ID:-unknown} ${VERSION_ID:-unknown}"
 echo '@@python'; command -v python3 || echo none
 echo '@@hostname'; hostname
 echo '@@disk'; df -Pk / | awk 'NR==2 {print $4}'
-echo '@@pci'; for d in /sys/bus/pci/devices/*; do [ -r "$d/vendor" ] || continue;
-  v=$(cat "$d/vendor"); c=$(cat "$d/class")
-  [ "$v" = 0x10de ] && case "$c" in 0x0300*|0x0302*) echo "$d";; esac; done; true
+echo '@@pci'; g=''; sw=''; for d in /sys/bus/pci/devices/*; do [ -r "$d/vendor" ] || continue
+  read -r v < "$d/vendor"; [ "$v" = 0x10de ] || continue
+  read -r c < "$d/class"; i=unknown; read -r i 2>/dev/null < "$d/device"
+  case "$c" in 0x0300*|0x0302*) g=1; echo "$d $i";; 0x0680*) sw="$sw$d $i
+";; esac; done
+echo '@@nvswitch'; printf '%s' "$sw"
 echo '@@devnodes'; ls /dev/nvidia[0-9]* 2>/dev/null | wc -l
+echo '@@secureboot'; command -v mokutil >/dev/null 2>&1 &&
+  echo "mokutil $(timeout 5 mokutil --sb-state 2>&1 | head -n 1)"
+if [ -d /sys/firmware/efi ]; then f=''
+  for e in /sys/firmware/efi/efivars/SecureBoot-*; do [ -r "$e" ] && f=$e; done
+  if [ -n "$f" ]; then echo "efivar $(od -An -tu1 -j4 -N1 "$f" 2>/dev/null | tr -d ' ')"; else echo efi; fi
+else echo bios; fi
+echo '@@nouveau'; grep -q '^nouveau ' /proc/modules 2>/dev/null && echo loaded || echo no
+echo '@@kernel'; uname -r
+echo '@@headers'; k=$(uname -r); if [ -z "$g" ]; then echo nogpu
+elif command -v dpkg-query >/dev/null 2>&1; then h=linux-headers-$k
+  if dpkg-query -W -f='${Status}' "$h" 2>/dev/null | grep -q ' installed$'; then echo "installed $h"
+  elif apt-cache policy "$h" 2>/dev/null | grep -q 'Candidate: [^(]'; then echo "candidate $h"
+  else echo "missing $h"; fi
+elif command -v rpm >/dev/null 2>&1; then h=kernel-devel-$k
+  if rpm -q "$h" >/dev/null 2>&1; then echo "installed $h"; else echo "absent $h"; fi
+else echo unknown; fi
 echo '@@resolve'; for n in NAMES; do getent hosts "$n" >/dev/null && echo "$n ok" || echo "$n missing"; done
 echo '@@time'; date +%s.%N
 """
@@ -111,8 +133,14 @@ def parse_sections(text: str) -> dict[str, list[str]]:
     return sections
 
 
-def judge(node: Node, sections: dict[str, list[str]], admin_user: str, min_disk_gb: float) -> list[PreflightCheck]:
-    """Turn a node's probe answers into checks (pure)."""
+def judge(
+    node: Node, sections: dict[str, list[str]], admin_user: str, min_disk_gb: float, *, driver_install: bool = True
+) -> list[PreflightCheck]:
+    """Turn a node's probe answers into checks (pure).
+
+    ``driver_install``: the spec's nvidia.driver.install; Secure Boot and the
+    kernel headers matter only when gpuclus is to build the driver's modules.
+    """
     checks: list[PreflightCheck] = []
 
     def first(name: str) -> str:
@@ -178,6 +206,7 @@ def judge(node: Node, sections: dict[str, list[str]], admin_user: str, min_disk_
             PreflightCheck("disk", "fail", f"{free_gb:.1f} GB free on /, {need}", "free space on the root fs")
         )
     checks.append(_gpu_check(node, sections))
+    checks.extend(gpu_node_checks(node, sections, driver_install))
     missing = [line.split()[0] for line in sections.get("resolve", []) if line.endswith(" missing")]
     if missing:
         checks.append(
@@ -191,7 +220,7 @@ def judge(node: Node, sections: dict[str, list[str]], admin_user: str, min_disk_
 
 
 def _gpu_check(node: Node, sections: dict[str, list[str]]) -> PreflightCheck:
-    pci = [line for line in sections.get("pci", []) if line]
+    pci = _pci_ids(sections, "pci")
     try:
         device_nodes = int((sections.get("devnodes") or ["0"])[0])
     except ValueError:
@@ -211,6 +240,172 @@ def _gpu_check(node: Node, sections: dict[str, list[str]]) -> PreflightCheck:
         f"{len(pci)} NVIDIA GPU(s) on the PCI bus, the spec says {expected}",
         "fix nodes[].gpus.count, or check the hardware (lspci -d 10de:)",
     )
+
+
+# The checks of a real GPU node's readiness for the nvidia phase, in this order
+# (documented in the README; --json carries them by these names).
+GPU_NODE_CHECKS = ("gpu-model", "secure-boot", "nouveau", "kernel-headers", "nvswitch")
+
+
+def _pci_ids(sections: dict[str, list[str]], name: str) -> list[str]:
+    """The device ids of a section's "<sysfs path> <device id>" lines ("unknown" where the id is missing)."""
+    ids = []
+    for line in sections.get(name, []):
+        if line:
+            fields = line.split()
+            ids.append(fields[1] if len(fields) > 1 else "unknown")
+    return ids
+
+
+def gpu_node_checks(node: Node, sections: dict[str, list[str]], driver_install: bool) -> list[PreflightCheck]:
+    """Model, Secure Boot, nouveau, kernel headers and NVSwitches: what the nvidia phase will meet (pure).
+
+    Judged only on nodes whose spec says real GPUs: a CPU node needs none of it,
+    and a fake GPU (the sandbox's) must never pass a GPU check.
+    """
+    if node.gpus is None:
+        reason = "no GPUs in the spec"
+    elif node.gpus.fake:
+        reason = "fake GPUs (spec: fake): no driver to install"
+    else:
+        reason = ""
+    if reason:
+        return [PreflightCheck(name, "skip", reason) for name in GPU_NODE_CHECKS]
+    return [
+        _model_check(node, _pci_ids(sections, "pci")),
+        _secure_boot_check(sections.get("secureboot", []), driver_install),
+        _nouveau_check(sections, driver_install),
+        _headers_check(sections, driver_install),
+        _nvswitch_check(_pci_ids(sections, "nvswitch")),
+    ]
+
+
+def _model_check(node: Node, ids: list[str]) -> PreflightCheck:
+    from gpuclus.gpu_catalog import lookup, model_matches  # its table is read only when a GPU node is judged
+
+    if not ids:
+        return PreflightCheck("gpu-model", "skip", "no NVIDIA GPU on the PCI bus")
+    kinds = [lookup(device_id) for device_id in ids]
+    counts: dict[str, int] = {}
+    for kind in kinds:
+        counts[kind.describe()] = counts.get(kind.describe(), 0) + 1
+    found = ", ".join(f"{count}x {what}" for what, count in counts.items())
+    wanted = node.gpus.model if node.gpus is not None else None
+    wrong = sorted({kind.model for kind in kinds if kind.model and wanted and not model_matches(wanted, kind.model)})
+    if wrong:
+        return PreflightCheck(
+            "gpu-model",
+            "fail",
+            f"the spec says {wanted}, the node has {found}",
+            f"fix nodes[].gpus.model (it becomes the Slurm GRES type): {' or '.join(wrong)}, or check the node",
+        )
+    unknown = sorted({kind.device_id for kind in kinds if not kind.known})
+    if unknown:
+        ids_text = ", ".join(f"0x{device_id}" for device_id in unknown)
+        checked = f"{wanted} not checked, " if wanted else ""
+        return PreflightCheck(
+            "gpu-model",
+            "warn",
+            f"{found}: {checked}device {ids_text} not in gpuclus' GPU catalogue",
+            "its generation, and so the kernel-module flavour, is unknown to gpuclus: compare `lspci -nn -d 10de:` "
+            "with src/gpuclus/data/nvidia_gpus.yml",
+        )
+    flavours = {kind.generation: _flavour(kind.module_flavour, kind.open_required) for kind in kinds}
+    if len(set(flavours.values())) == 1:
+        return PreflightCheck("gpu-model", "ok", f"{found}: {next(iter(flavours.values()))}")
+    each = "; ".join(f"{generation}: {flavour}" for generation, flavour in sorted(flavours.items()))
+    return PreflightCheck("gpu-model", "ok", f"{found} ({each})")
+
+
+def _flavour(module_flavour: str, open_required: bool) -> str:
+    if module_flavour != "open":
+        return "proprietary kernel modules"
+    return f"open kernel modules {'required' if open_required else 'recommended'}"
+
+
+def secure_boot_state(lines: list[str]) -> tuple[str, str]:
+    """("on" | "off" | "unknown", how it was learned) from the probe's secureboot lines."""
+    for line in lines:
+        source, _, value = line.partition(" ")
+        text = value.lower()
+        if source == "mokutil" and "enabled" in text:
+            return "on", "mokutil --sb-state"
+        if source == "mokutil" and "disabled" in text:
+            return "off", "mokutil --sb-state"
+    for line in lines:
+        source, _, value = line.partition(" ")
+        if source == "efivar" and value.strip() in {"0", "1"}:
+            return ("on" if value.strip() == "1" else "off"), "the SecureBoot EFI variable"
+        if source == "bios":
+            return "off", "legacy BIOS boot, no UEFI"
+    mokutil = next((line.partition(" ")[2] for line in lines if line.startswith("mokutil")), "")
+    if mokutil:
+        return "unknown", f"mokutil said {mokutil!r} and the SecureBoot EFI variable is not readable"
+    return "unknown", "no mokutil and no readable SecureBoot EFI variable"
+
+
+def _secure_boot_check(lines: list[str], driver_install: bool) -> PreflightCheck:
+    state, source = secure_boot_state(lines)
+    if state == "unknown":
+        return PreflightCheck("secure-boot", "skip", f"Secure Boot state unknown: {source}")
+    if state == "off":
+        return PreflightCheck("secure-boot", "ok", f"off ({source})")
+    if not driver_install:
+        return PreflightCheck("secure-boot", "ok", f"on ({source}); nvidia.driver.install is false")
+    return PreflightCheck(
+        "secure-boot",
+        "fail",
+        f"Secure Boot is on ({source}): the driver's DKMS-built kernel modules are unsigned and would not load",
+        "enrol a Machine Owner Key that signs DKMS modules (mokutil --import, then confirm on the node's console "
+        "at the next boot; the README's GPU nodes section documents it), or turn Secure Boot off in the firmware",
+    )
+
+
+def _nouveau_check(sections: dict[str, list[str]], driver_install: bool) -> PreflightCheck:
+    if (sections.get("nouveau") or [""])[0] != "loaded":
+        return PreflightCheck("nouveau", "ok", "nouveau not loaded")
+    hint = (
+        "the nvidia role blacklists it and rebuilds the initramfs; a reboot follows"
+        if driver_install
+        else "nvidia.driver.install is false: blacklist nouveau and rebuild the initramfs yourself"
+    )
+    return PreflightCheck("nouveau", "warn", "nouveau (the open-source driver) is loaded", hint)
+
+
+def _headers_check(sections: dict[str, list[str]], driver_install: bool) -> PreflightCheck:
+    kernel = (sections.get("kernel") or ["unknown"])[0] or "unknown"
+    state, _, package = (sections.get("headers") or ["unknown"])[0].partition(" ")
+    if not driver_install:
+        return PreflightCheck("kernel-headers", "skip", f"kernel {kernel}; nvidia.driver.install is false")
+    if state == "installed":
+        return PreflightCheck("kernel-headers", "ok", f"{package} installed")
+    if state == "candidate":
+        return PreflightCheck("kernel-headers", "ok", f"{package} installable (the nvidia role installs it)")
+    if state == "missing":
+        return PreflightCheck(
+            "kernel-headers",
+            "fail",
+            f"{package} is not installed and apt has no candidate for it: DKMS cannot build the driver for {kernel}",
+            f"run apt-get update; if the mirror no longer carries {package}, upgrade the kernel and reboot "
+            "into it before deploying",
+        )
+    if state == "nogpu":
+        return PreflightCheck("kernel-headers", "skip", f"kernel {kernel}: no NVIDIA GPU on the PCI bus")
+    if state == "absent":
+        return PreflightCheck(
+            "kernel-headers",
+            "warn",
+            f"{package} is not installed (the nvidia role installs it with dnf)",
+            f"if the repositories no longer carry {package} (a kernel older than the newest), "
+            "run dnf update kernel and reboot into it before deploying",
+        )
+    return PreflightCheck("kernel-headers", "skip", f"kernel {kernel}: neither dpkg nor rpm on the node")
+
+
+def _nvswitch_check(ids: list[str]) -> PreflightCheck:
+    if not ids:
+        return PreflightCheck("nvswitch", "ok", "no NVSwitch on the PCI bus")
+    return PreflightCheck("nvswitch", "ok", f"HGX with {len(ids)} NVSwitches: fabric manager needed")
 
 
 def skew_checks(reports: list[NodeReport], controller: str) -> None:
@@ -248,8 +443,11 @@ def run_preflight(
     only: list[str] | None = None,
     advice: SshAdvice | None = None,
     on_answer: AnswerCallback | None = None,
+    driver_install: bool = True,
 ) -> list[NodeReport]:
     """Probe the nodes (all, or those named in ``only``); the controller is always probed for clock skew.
+
+    ``driver_install``: the spec's nvidia.driver.install (see judge).
 
     ``advice``: what the hint for a failed SSH login may say about this directory.
     ``on_answer(report, answered, total)``: called as each of the chosen nodes answers (or
@@ -281,7 +479,7 @@ def run_preflight(
             report.clock = float((sections.get("time") or ["nan"])[0])
         except ValueError:
             report.clock = None
-        report.checks.extend(judge(node, sections, admin_user, min_disk_gb))
+        report.checks.extend(judge(node, sections, admin_user, min_disk_gb, driver_install=driver_install))
         return report
 
     controller = topology.controller
@@ -376,6 +574,7 @@ def preflight_spec(
         only=hosts,
         advice=SshAdvice.beside(spec_path),
         on_answer=on_answer,
+        driver_install=loaded.spec.nvidia.driver.install,
         # First contact with a real node: its host key is learned (accept-new, as Ansible does).
         connector=lambda target: connect(target, accept_new=True),
     )
