@@ -13,7 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from role_templates import group_vars, render
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+from role_templates import group_vars, render, role_variables
 
 from gpuclus.render import render_files
 from gpuclus.spec.load import load_spec_text
@@ -91,3 +93,30 @@ def test_a_future_node_does_not_set_the_default_memory_per_cpu(inventory: dict[s
         __slurm_common_written_sizes={},
     )
     assert "DefMemPerCPU=1225" in text.splitlines()
+
+
+def test_a_node_lost_in_the_run_keeps_its_line_and_is_never_probed_through_delegation(
+    inventory: dict[str, Any],
+) -> None:
+    # gpu02 was in the play and went unreachable before slurm_common's probe (stopped mid-deploy):
+    # Ansible keeps it in ansible_play_hosts_all but drops it from ansible_play_hosts.
+    lost = {
+        "ansible_play_hosts": ["head", "gpu01", "gpu03"],
+        "ansible_play_hosts_all": ["head", "gpu01", "gpu02", "gpu03"],
+        "gpuclus_excluded_nodes": [],
+        "__slurm_common_pmix": False,
+        "__slurm_common_probes": {name: {"hardware": HARDWARE} for name in ("gpu01", "gpu03")},
+        "__slurm_common_written_sizes": {"gpu02": WRITTEN},
+    }
+    text = render("slurm_common", "etc/slurm/slurm.conf.j2", inventory, "head", **lost)
+    lines = {line.split()[0]: line for line in text.splitlines() if line.startswith("NodeName=")}
+    assert "CPUs=4" in lines["NodeName=gpu02"] and "RealMemory=7000" in lines["NodeName=gpu02"]
+    variables = role_variables("slurm_common", inventory, "head", lost)
+    templar = Templar(loader=DataLoader(), variables=variables)
+    # Nothing the assert before slurm.conf would stop the live nodes for, and no delegated probe of gpu02.
+    assert (
+        templar.template(trust_as_template("{{ __slurm_common_unsized | select('in', ansible_play_hosts) | list }}"))
+        == []
+    )
+    assert templar.template(trust_as_template("{{ __slurm_common_lost }}")) == ["gpu02"]
+    assert "gpu02" not in templar.template(trust_as_template("{{ __slurm_common_outside_to_probe }}"))
