@@ -605,3 +605,29 @@ def test_the_probe_runs_under_posix_sh_on_a_machine_without_gpus() -> None:
     headers = parse_sections(result.stdout)["headers"][0].split()
     assert headers[0] in {"installed", "candidate", "missing", "absent", "unknown"}
     assert headers[0] == "unknown" or headers[1].endswith(sections["kernel"][0])
+
+
+def test_a_check_every_node_skipped_is_one_line_not_a_column() -> None:
+    from gpuclus.cli.preflight import print_reports
+    from gpuclus.output import Output
+
+    reports = [
+        NodeReport(
+            name,
+            "10.0.0.1",
+            True,
+            [
+                PreflightCheck("ssh", "ok", ""),
+                PreflightCheck("nouveau", "skip", "fake GPUs"),
+                PreflightCheck("gpus", "skip" if name == "head" else "ok", ""),
+            ],
+        )
+        for name in ("head", "gpu01")
+    ]
+    out = Output(json_mode=False)
+    with out.out.capture() as captured:
+        print_reports(out, reports)
+    text = captured.get()
+    header = text.splitlines()[0].split()
+    assert header == ["node", "ssh", "gpus"]
+    assert "skipped on every node (--json gives each reason): nouveau" in text

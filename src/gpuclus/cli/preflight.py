@@ -129,6 +129,14 @@ def print_reports(out: Output, reports: list[Any]) -> None:
     names = [check.name for check in reports[0].checks] if reports else []
     for report in reports:
         names += [check.name for check in report.checks if check.name not in names]
+    # A check every node skipped (the GPU-node checks on a CPU or sandbox
+    # cluster) gets one line below instead of a column of "skip".
+    skipped_everywhere = [
+        name
+        for name in names
+        if all(check.status == "skip" for report in reports for check in report.checks if check.name == name)
+    ]
+    names = [name for name in names if name not in skipped_everywhere]
     table = Table(box=None, pad_edge=False)
     table.add_column("node")
     for name in names:
@@ -141,6 +149,9 @@ def print_reports(out: Output, reports: list[Any]) -> None:
             row.append(f"[{_STYLE[check.status]}]{check.status}[/]" if check else "-")
         table.add_row(*row)
     out.out.print(table)
+    if skipped_everywhere:
+        names_skipped = ", ".join(skipped_everywhere)
+        out.out.print(f"  [dim]skipped on every node (--json gives each reason): {escape(names_skipped)}[/]")
     for report in reports:
         for check in report.checks:
             if check.status in {"fail", "warn"}:
