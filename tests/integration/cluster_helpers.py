@@ -48,3 +48,16 @@ class Cluster:
         if check:
             assert result.exit_status == 0, f"{command!r} on {node}: {result.stdout}{result.stderr}"
         return result
+
+
+def run_log(state: StateDir, before: set[Path]) -> str:
+    """What the deploy started after ``before`` (the run directories then) has printed so far:
+    ansible-runner's stdout file, written as the run goes."""
+    runs = state.root / "runs"
+    new = sorted(set(runs.iterdir()) - before) if runs.is_dir() else []
+    if not new:
+        return ""
+    try:
+        return (new[-1] / "artifacts" / new[-1].name / "stdout").read_text(errors="replace")
+    except OSError:
+        return ""

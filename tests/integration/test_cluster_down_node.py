@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_helpers import CLUSTER, GPU1, GPU2, GPUCLUS, HEAD, SANDBOX_UP, Cluster, gpuclus
+from cluster_helpers import CLUSTER, GPU1, GPU2, GPUCLUS, HEAD, SANDBOX_UP, Cluster, gpuclus, run_log
+
+from gpuclus.state import StateDir
 
 GPU3 = f"{CLUSTER}-gpu03"
 
@@ -98,22 +100,9 @@ def test_a_stopped_compute_node_is_left_out_and_the_rest_deployed(cluster: Clust
     assert sinfo_states(cluster) == {GPU1: "idle", GPU2: "idle"}
 
 
-def _run_stdout(spec: Path, before: set[Path]) -> str:
-    """What the deploy started after ``before`` has printed so far (ansible-runner's stdout file)."""
-    runs = spec.parent / ".gpuclus" / "runs"
-    new = sorted(set(runs.iterdir()) - before) if runs.is_dir() else []
-    if not new:
-        return ""
-    try:
-        return (new[-1] / "artifacts" / new[-1].name / "stdout").read_text(errors="replace")
-    except OSError:
-        return ""
-
-
 def test_a_compute_node_stopped_during_a_deploy_is_named_and_the_rest_finish(cluster: Cluster) -> None:
     # Stopped once the slurm phase starts: base and nfs reached it, slurm and monitoring cannot.
-    runs = cluster.spec.parent / ".gpuclus" / "runs"
-    before = set(runs.iterdir())
+    before = set((StateDir.beside(cluster.spec).root / "runs").iterdir())
     deploy = subprocess.Popen(
         [*GPUCLUS, "deploy", str(cluster.spec), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -121,7 +110,7 @@ def test_a_compute_node_stopped_during_a_deploy_is_named_and_the_rest_finish(clu
     try:
         deadline = time.monotonic() + 600
         while deploy.poll() is None and time.monotonic() < deadline:
-            if "PLAY [gpuclus phase slurm]" in _run_stdout(cluster.spec, before):
+            if "PLAY [gpuclus phase slurm]" in run_log(StateDir.beside(cluster.spec), before):
                 subprocess.run([cluster.engine, "stop", "--time", "1", GPU2], check=True, capture_output=True)
                 stopped = True
                 break

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_helpers import run_log
 
 from gpuclus.deploy import processes
 from gpuclus.sandbox.image import ADMIN_USER
@@ -111,17 +112,6 @@ def control_paths(state: StateDir) -> set[str]:
 def masters(paths: set[str]) -> set[int]:
     """ssh ControlPersist masters for these paths (OpenSSH retitles them 'ssh: PATH [mux]')."""
     return {pid for pid, command in live_processes().items() if any(command == f"ssh: {p} [mux]" for p in paths)}
-
-
-def run_log(state: StateDir, before: set[Path]) -> str:
-    runs = state.root / "runs"
-    new = sorted(set(runs.iterdir()) - before) if runs.is_dir() else []
-    if not new:
-        return ""
-    try:
-        return (new[-1] / "artifacts" / new[-1].name / "stdout").read_text(errors="replace")
-    except OSError:
-        return ""
 
 
 def on_head(spec: Path, command: str) -> str:
