@@ -252,6 +252,64 @@ def test_apt_holds_what_is_installed_and_not_held() -> None:
     assert value(t, "__nvidia_driver_unheld") == ["libcuda1", "nvidia-driver"]
 
 
+def test_apt_held_packages_count_as_installed() -> None:
+    # dpkg reports a held package as "hi": found by molecule/nvidia, where every package the
+    # first run held looked missing to node_probe (which reads "ii" only) on the second run.
+    installed = "hi nvidia-driver\nhi nvidia-smi\nii nvidia-persistenced\n"
+    held = "nvidia-driver\nnvidia-smi\n"
+    t = templar(
+        "debian12",
+        nvidia_driver_branch="535",
+        __nvidia_driver_probe={
+            **probe(installed, held),
+            "stale": {"packages": ["nvidia-driver", "nvidia-smi", "nvidia-kernel-dkms"]},
+        },
+    )
+    assert value(t, "__nvidia_driver_unheld") == ["nvidia-persistenced"]
+    assert value(t, "__nvidia_driver_stale_packages") == ["nvidia-kernel-dkms"]
+
+
+def state_probe(loaded: tuple[int, str], version: tuple[int, str], initramfs_rc: int) -> dict[str, Any]:
+    commands = probe("", "")["found"]["commands"] + [
+        {"rc": loaded[0], "stdout": loaded[1]},
+        {"rc": 1, "stdout": ""},
+        {"rc": version[0], "stdout": version[1]},
+        {"rc": initramfs_rc, "stdout": ""},
+    ]
+    return {"found": {"commands": commands, "units": {}}, "stale": {"packages": []}}
+
+
+@pytest.mark.parametrize(
+    ("loadable", "loaded", "version", "verdict"),
+    [
+        # The sandbox's case: installed, no module can load here.
+        (False, (1, ""), (0, "535.309.01-0+deb12u1"), "installed, reboot needed to load"),
+        # A real node right after the install: nothing loaded yet.
+        (True, (1, ""), (0, "535.309.01-0+deb12u1"), "installed, reboot needed to load"),
+        # Module and libraries differ (an old module still loaded).
+        (True, (0, "535.183.01\n"), (0, "535.309.01-0+deb12u1"), "installed, reboot needed to load"),
+        (True, (0, "535.309.01\n"), (0, "535.309.01-0+deb12u1"), "installed and loaded"),
+        # A check run on a fresh node.
+        (True, (1, ""), (1, ""), "not installed"),
+    ],
+)
+def test_state_verdict(loadable: bool, loaded: tuple[int, str], version: tuple[int, str], verdict: str) -> None:
+    t = templar(
+        "debian12",
+        nvidia_driver_branch="535",
+        nvidia_driver_module_loadable=loadable,
+        __nvidia_driver_probe=state_probe(loaded, version, initramfs_rc=1),
+    )
+    state = value(t, "__nvidia_driver_state")
+    assert state["verdict"] == verdict
+    assert state["reboot_needed"] is (verdict == "installed, reboot needed to load")
+    assert state["module_loadable"] is loadable
+    assert state["installed_version"] == ("535.309.01" if version[0] == 0 else None)
+    assert state["loaded_version"] == (loaded[1].strip() or None)
+    assert state["initramfs"] == "none on this node (no /usr/sbin/update-initramfs): nothing to rebuild"
+    assert value(t, "__nvidia_driver_version_query") == ["dpkg-query", "-W", "-f=${Version}", "nvidia-driver"]
+
+
 def test_dnf_reads_versionlock_names() -> None:
     installed = "nvidia-driver\nkmod-nvidia-open-dkms\nnvidia-persistenced\n"
     held = (
