@@ -159,3 +159,23 @@ def test_units_without_systemctl_are_all_stale_and_unknown(probe: ModuleType) ->
     stale, states = probe.unit_states(NoSystemctl("", set()), ["munge"])
     assert stale == ["munge"]
     assert states == {"munge": "unknown"}
+
+
+class _Dpkg(_Systemctl):
+    """Answers dpkg-query as dpkg does: package, tab, the abbreviated status."""
+
+    def __init__(self, listing: str) -> None:
+        super().__init__("", set())
+        self.listing = listing
+
+    def get_bin_path(self, name: str) -> str | None:  # type: ignore[override]
+        return "/usr/bin/dpkg-query" if name == "dpkg-query" else None
+
+    def run_command(self, argv: list[str]) -> tuple[int, str, str]:
+        return 1, self.listing, ""
+
+
+def test_a_held_package_is_installed_and_a_removed_one_is_not(probe: ModuleType) -> None:
+    listing = "nvidia-driver\thi \nmunge\tii \nslurmd\trc \nchrony\tun \n"
+    found = probe.installed_packages(_Dpkg(listing), ["nvidia-driver", "munge", "slurmd", "chrony"])
+    assert found == {"nvidia-driver", "munge"}

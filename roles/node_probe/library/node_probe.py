@@ -155,7 +155,9 @@ def installed_packages(module: AnsibleModule, names: list[str]) -> set[str]:
         _, out, _ = module.run_command(argv)  # rc 1 when some name is unknown
         for line in out.splitlines():
             name, _, status = line.partition("\t")
-            if status.startswith("ii"):
+            # The second letter is the state (i: installed); the first is the
+            # wanted action, "h" for a held package (apt-mark hold): still installed.
+            if status[1:2] == "i" and status[:1] in ("i", "h"):
                 found.add(name)
     elif module.get_bin_path("rpm"):
         _, out, _ = module.run_command(["rpm", "--query", "--queryformat=%{NAME}\n", *names])
