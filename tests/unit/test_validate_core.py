@@ -1730,3 +1730,21 @@ def test_remote_run_many_keys_answers_like_the_commands() -> None:
     assert remote.run_many({}) == {}
     assert remote.run_many({f"n{i}": f"cmd{i}" for i in range(12)}) == {f"n{i}": ok(f"CMD{i}") for i in range(12)}
     assert remote_module.MAX_PARALLEL_CHANNELS < 10  # OpenSSH MaxSessions
+
+
+def test_monitoring_a_target_that_misses_one_scrape_is_scraped_again_with_more_time() -> None:
+    # Prometheus' own /metrics on a loaded host: no answer within 5 s once, then 200.
+    remote = healthy_remote().prefer(("%{http_code}", "10.213.0.10:9090"), in_turn(ok("000"), ok("200")))
+    rows = by_node(monitoring.targets_up(context(remote)))
+    assert rows[HEAD].status is Status.PASS, rows[HEAD].message
+    again = remote.matching("%{http_code}", "10.213.0.10:9090")
+    assert [("--max-time 5" in line, "--max-time 10" in line) for line in again] == [(True, False), (False, True)]
+    # Targets that answered are not scraped twice.
+    assert len(remote.matching("%{http_code}")) == 5
+
+
+def test_monitoring_a_stopped_exporter_fails_after_the_second_scrape_too() -> None:
+    remote = healthy_remote().prefer(("%{http_code}", "10.213.0.11:9100"), ok("000"))
+    rows = by_node(monitoring.targets_up(context(remote)))
+    assert rows[GPU01].status is Status.FAIL
+    assert len(remote.matching("%{http_code}", "10.213.0.11:9100")) == 2

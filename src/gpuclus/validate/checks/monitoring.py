@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuclus.validate.check import Check
 from gpuclus.validate.context import Context
 from gpuclus.validate.model import Level, NodeResult, Outcome, Status, skipped, worst
 
+if TYPE_CHECKING:
+    from gpuclus.ssh.client import CommandResult
+
 PROMETHEUS_PORT = 9090
 # Prometheus keeps a target "up" until its next scrape fails (15 s by
 # default); scraping each target ourselves as well reports a stopped exporter
 # at once instead of one interval later.
-_SCRAPE = "curl -fsS --max-time 5 -o /dev/null -w '%{{http_code}}' {url}"
+_SCRAPE = "curl -fsS --max-time {seconds} -o /dev/null -w '%{{http_code}}' {url}"
+# A target Prometheus calls up that gave no answer is scraped once more with
+# more time before it fails: a busy node (the /metrics of Prometheus itself on
+# a loaded 2-core sandbox host) can miss 5 s once; a stopped exporter refuses
+# the connection both times, at once.
+_FIRST_SECONDS, _AGAIN_SECONDS = 5, 10
 
 
 def targets_up(ctx: Context) -> Outcome:
@@ -33,17 +41,17 @@ def targets_up(ctx: Context) -> Outcome:
             message=f"Prometheus API at {api} did not answer: {answer.stderr.strip()[-200:] or 'no JSON'}",
             hint=f"on {server.name}: `systemctl status prometheus`; `gpuclus deploy --only monitoring`",
         )
-    scrapes = ctx.remote.run_many(
-        {_key(target): _SCRAPE.format(url=shlex.quote(target.get("scrapeUrl", ""))) for target in targets},
-        timeout=30,
-    )
+    scrapes = {key: result.stdout.strip() for key, result in _scrape(ctx, targets, _FIRST_SECONDS).items()}
+    unanswered = [target for target in targets if target.get("health") == "up" and scrapes[_key(target)] in ("", "000")]
+    if unanswered:
+        scrapes.update({key: result.stdout.strip() for key, result in _scrape(ctx, unanswered, _AGAIN_SECONDS).items()})
     selected = {node.name for node in ctx.selected}
     by_instance: dict[str, list[tuple[str, Status, str]]] = {}
     for target in sorted(targets, key=_key):
         instance = target.get("labels", {}).get("instance", "?")
         if instance in ctx.topology.by_name() and instance not in selected:
             continue
-        by_instance.setdefault(instance, []).append(_judge(target, scrapes[_key(target)].stdout.strip()))
+        by_instance.setdefault(instance, []).append(_judge(target, scrapes[_key(target)]))
     results = []
     for instance, judged in by_instance.items():
         status = worst([status for _job, status, _text in judged])
@@ -65,6 +73,17 @@ def targets_up(ctx: Context) -> Outcome:
         results,
         message=f"{len(targets)} target(s) on {server.name}",
         hint=exporter_hint if others_failed or not cut_off else ctx.unreachable_hint(cut_off),
+    )
+
+
+def _scrape(ctx: Context, targets: list[dict[str, Any]], seconds: int) -> dict[str, CommandResult]:
+    """Each target's /metrics fetched now, in parallel: the HTTP code curl printed, by target key."""
+    return ctx.remote.run_many(
+        {
+            _key(target): _SCRAPE.format(seconds=seconds, url=shlex.quote(target.get("scrapeUrl", "")))
+            for target in targets
+        },
+        timeout=30,
     )
 
 
