@@ -118,9 +118,10 @@ def test_a_compute_node_stopped_during_a_deploy_is_named_and_the_rest_finish(clu
         stdout, stderr = deploy.communicate(timeout=900)
         assert stopped, "the deploy ended before its slurm phase started: " + stderr[-2000:]
         report = json.loads(stdout)
-        assert deploy.returncode == 4, report
-        assert report["status"] == "unreachable"
-        assert {(f["host"], f["unreachable"]) for f in report["failures"]} == {(GPU2, True)}, report["failures"]
+        # A node that dies between tasks is unreachable (exit 4); one that dies while a module runs
+        # there, Ansible reports as that task failed (exit 1). Either way only that node is named.
+        assert (deploy.returncode, report["status"]) in {(4, "unreachable"), (1, "failed")}, report
+        assert {f["host"] for f in report["failures"]} == {GPU2}, report["failures"]
         assert {f["phase"] for f in report["failures"]} <= {"slurm", "monitoring"}, report["failures"]
         assert_controller_fully_deployed(cluster, report)
     finally:
