@@ -54,6 +54,23 @@ def assert_controller_fully_deployed(cluster: Cluster, report: dict[str, Any]) -
     assert health[HEAD] == "up" and health[GPU1] == "up"
 
 
+def retry_the_node_brought_back(cluster: Cluster) -> None:
+    """GPU2 started again (sandbox up), then `--retry-failed` deploys exactly it."""
+    up = gpuclus(*SANDBOX_UP, "--spec", str(cluster.spec))
+    assert up.returncode == 0, up.stderr
+    code, retried = deploy_json(cluster.spec, "--retry-failed")
+    assert code == 0, retried
+    assert retried["limit"] == GPU2
+
+
+def assert_converged(cluster: Cluster) -> None:
+    """A further deploy changes nothing and both compute nodes are idle again."""
+    code, again = deploy_json(cluster.spec)
+    assert code == 0 and again["changed"] == 0, again["hosts"]
+    cluster.on(HEAD, f"scontrol update nodename={GPU2} state=resume", check=False)
+    assert sinfo_states(cluster) == {GPU1: "idle", GPU2: "idle"}
+
+
 def test_a_stopped_compute_node_is_left_out_and_the_rest_deployed(cluster: Cluster) -> None:
     engine = cluster.engine
     subprocess.run([engine, "stop", "--time", "3", GPU2], check=True, capture_output=True)
@@ -86,18 +103,11 @@ def test_a_stopped_compute_node_is_left_out_and_the_rest_deployed(cluster: Clust
         subprocess.run([engine, "start", GPU2], check=True, capture_output=True)
 
     # Back up: the failed node is completed, then the original spec converges the cluster.
-    up = gpuclus(*SANDBOX_UP, "--spec", str(cluster.spec))
-    assert up.returncode == 0, up.stderr
-    code, retried = deploy_json(cluster.spec, "--retry-failed")
-    assert code == 0, retried
-    assert retried["limit"] == GPU2
+    retry_the_node_brought_back(cluster)
     code, full = deploy_json(cluster.spec)
     assert code == 0, full
     assert GPU3 not in cluster.on(HEAD, "cat /etc/slurm/slurm.conf").stdout
-    code, again = deploy_json(cluster.spec)
-    assert code == 0 and again["changed"] == 0, again["hosts"]
-    cluster.on(HEAD, f"scontrol update nodename={GPU2} state=resume", check=False)
-    assert sinfo_states(cluster) == {GPU1: "idle", GPU2: "idle"}
+    assert_converged(cluster)
 
 
 def test_a_compute_node_stopped_during_a_deploy_is_named_and_the_rest_finish(cluster: Cluster) -> None:
@@ -129,12 +139,5 @@ def test_a_compute_node_stopped_during_a_deploy_is_named_and_the_rest_finish(clu
             deploy.kill()
         subprocess.run([cluster.engine, "start", GPU2], check=True, capture_output=True)
 
-    up = gpuclus(*SANDBOX_UP, "--spec", str(cluster.spec))
-    assert up.returncode == 0, up.stderr
-    code, retried = deploy_json(cluster.spec, "--retry-failed")
-    assert code == 0, retried
-    assert retried["limit"] == GPU2
-    code, again = deploy_json(cluster.spec)
-    assert code == 0 and again["changed"] == 0, again["hosts"]
-    cluster.on(HEAD, f"scontrol update nodename={GPU2} state=resume", check=False)
-    assert sinfo_states(cluster) == {GPU1: "idle", GPU2: "idle"}
+    retry_the_node_brought_back(cluster)
+    assert_converged(cluster)
