@@ -84,6 +84,18 @@ def test_run_node_ulimits_stay_below_host_hard_limits(engine: Engine) -> None:
 
 
 @pytest.mark.parametrize("engine", ALL_ENGINES, ids=["podman", "podman-runc", "docker"])
+def test_run_node_restarts_a_node_that_rebooted_itself(engine: Engine) -> None:
+    """`systemctl reboot` in a node ends its systemd with a failure status; the engine starts it
+    again (a real reboot of the node's systemd). A node stopped by hand stays stopped: both engines
+    ignore on-failure for it, where `always` or `unless-stopped` would bring it back."""
+    argv = engine.run_node(NODE)
+    policies = [word for word in argv if word.startswith("--restart")]
+    assert policies == ["--restart=on-failure"]
+    # Before the image: after it come the container's command and arguments.
+    assert argv.index(policies[0]) < argv.index(NODE.image)
+
+
+@pytest.mark.parametrize("engine", ALL_ENGINES, ids=["podman", "podman-runc", "docker"])
 def test_no_engine_ever_mounts_the_host_cgroup_tree(engine: Engine) -> None:
     """systemd in a node would remount a bind-mounted host cgroup tree read-only (DESIGN.md §7)."""
     argv = engine.run_node(NODE)

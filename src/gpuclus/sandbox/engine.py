@@ -14,6 +14,13 @@ are (DESIGN.md §7):
   capability but that one, unconfined security profiles, a device rule for
   the fake GPUs' major number (195), and a private cgroup namespace over an
   empty tmpfs in which systemd mounts its own cgroup view.
+- nodes restart on failure: `systemctl reboot` inside a node ends its systemd
+  with a non-zero status, and the engine starts it again, which is a real
+  reboot of the node's systemd (a fresh /run and /dev, every unit started
+  anew; the nvidia_reboot role's test relies on it). `podman stop` and
+  `docker stop` leave a node stopped: both engines ignore the policy for a
+  container stopped by hand (measured with podman 4.3; docker's
+  documentation says so), so a stopped node stays down until started.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ LABEL = "gpuclus.sandbox"
 OWNER_LABEL = "gpuclus.sandbox.owner"
 NVIDIA_MAJOR = 195
 ULIMITS = ("nofile=1024:16384", "nproc=16384:16384")
+# A node that reboots itself comes back; one stopped by hand stays stopped.
+RESTART_POLICY = "on-failure"
 # systemd stops cleanly on SIGRTMIN+3. docker import cannot set STOPSIGNAL, so
 # docker gets it per container (--stop-signal) instead.
 IMAGE_CHANGES = {
@@ -76,6 +85,7 @@ class Engine:
 
     def run_node(self, node: NodeContainer) -> list[str]:
         argv = self._cli("run", "--detach", "--name", node.name, "--hostname", node.name)
+        argv.append(f"--restart={RESTART_POLICY}")
         for key, value in ((LABEL, node.cluster), *node.labels):
             argv += ["--label", f"{key}={value}"]
         for limit in ULIMITS:
