@@ -78,6 +78,18 @@ def model_matches(spec_model: str, catalog_model: str) -> bool:
     return _strip_prefix(words[0]) == _strip_prefix(catalog_model.lower())
 
 
+def kind_for_model(spec_model: str) -> GpuKind | None:
+    """The catalogue's GPU a spec's gpus.model names (model_matches), or None when none does.
+
+    Several ids share a model (SXM and PCIe boards); they share its
+    generation and module needs too, so the first one answers.
+    """
+    for kind in _catalog().values():
+        if kind.model is not None and model_matches(spec_model, kind.model):
+            return kind
+    return None
+
+
 def _strip_prefix(word: str) -> str:
     for noise in sorted(_NOISE, key=len, reverse=True):
         if word.startswith(noise) and len(word) > len(noise):

@@ -376,6 +376,8 @@ def expected_groups(loaded: LoadedSpec) -> dict[str, list[str]]:
     groups = {"cluster": [node.name for node in topology.nodes]}
     for role in ("controller", "compute", "login", "nfs_server", "monitoring"):
         groups[role] = [node.name for node in topology.with_role(Role(role))]
+    # The nvidia phase's hosts: real GPUs only (the sandbox's fake ones have no driver to install).
+    groups["gpu"] = [node.name for node in topology.nodes if node.gpus is not None and not node.gpus.fake]
     return groups
 
 

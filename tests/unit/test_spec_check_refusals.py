@@ -50,10 +50,10 @@ containers: {enroot: false, pyxis: false}
 
 @pytest.fixture
 def shipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A playbooks directory with today's phases (not nvidia, not containers), whatever ships later."""
+    """A playbooks directory with today's phases (not containers), whatever ships later."""
     playbooks = tmp_path / "playbooks"
     playbooks.mkdir()
-    for phase in (Phase.BASE, Phase.NFS, Phase.SLURM, Phase.MONITORING):
+    for phase in (Phase.BASE, Phase.NFS, Phase.NVIDIA, Phase.SLURM, Phase.MONITORING):
         (playbooks / f"{phase.value}.yml").write_text("---\n")
     monkeypatch.setenv("GPUCLUS_PLAYBOOKS_DIR", str(playbooks))
     return playbooks
@@ -99,19 +99,21 @@ def test_strict_fails_on_it(tmp_path: Path, shipped: Path) -> None:
 def test_defaults_left_out_are_named_as_defaults(tmp_path: Path, shipped: Path) -> None:
     loaded = load_spec(write(tmp_path, DEFAULTS))
     by_code = {finding.code: finding for finding in deploy_refusals(loaded)}
-    assert sorted(by_code) == ["containers-not-shipped", "nvidia-not-shipped"]
-    nvidia = by_code["nvidia-not-shipped"]
-    assert nvidia.path == "nvidia.driver.install"
-    assert "the default" in nvidia.message
-    assert "2 nodes with real GPUs" in nvidia.message
-    # No nvidia key is written: the finding points at the GPUs that make the phase needed.
-    assert nvidia.line == 5
-    assert nvidia.hint is not None and "--skip nvidia" in nvidia.hint
+    # The nvidia phase ships: real GPUs with the driver's default install are deployable.
+    assert sorted(by_code) == ["containers-not-shipped"]
     containers = by_code["containers-not-shipped"]
+    assert "the default" in containers.message
     # Pyxis defaults to on and needs Enroot: the hint turns both off, or it would lead to an error.
     assert containers.hint == (
         "deploy with --skip containers, or set containers.enroot: false and containers.pyxis: false"
     )
+
+
+def test_an_unshipped_phase_without_its_own_words_still_warns(tmp_path: Path, shipped: Path) -> None:
+    (shipped / "nvidia.yml").unlink()
+    by_code = {finding.code: finding for finding in deploy_refusals(load_spec(write(tmp_path, DEFAULTS)))}
+    assert sorted(by_code) == ["containers-not-shipped", "nvidia-not-shipped"]
+    assert by_code["nvidia-not-shipped"].hint == "deploy with --skip nvidia"
 
 
 def test_no_warning_when_every_phase_ships(tmp_path: Path, shipped: Path) -> None:
@@ -144,5 +146,5 @@ def test_a_spec_with_errors_gets_no_refusal_warnings(tmp_path: Path, shipped: Pa
 
 def test_the_codes_are_documented() -> None:
     text = (Path(__file__).resolve().parents[2] / "docs" / "spec.md").read_text()
-    for code in ("nvidia-not-shipped", "containers-not-shipped"):
+    for code in ("containers-not-shipped",):
         assert f"| `{code}` | warning |" in text

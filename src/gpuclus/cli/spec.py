@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -94,58 +93,32 @@ def deploy_refusals(loaded: LoadedSpec) -> list[Finding]:
 
     needed, _not_needed = wanted_phases(loaded.spec, loaded.topology)
     missing = missing_playbooks([choice.phase for choice in needed])
-    findings = []
-    for phase in missing:
-        finding, fallback = _refusal(loaded, phase)
-        document = loaded.document
-        if document.position(finding.loc) is None and fallback is not None:
-            # A default nobody wrote has no line: point at what makes the phase needed instead.
-            finding = replace(document.locate(replace(finding, loc=fallback)), loc=finding.loc)
-        else:
-            finding = document.locate(finding)
-        findings.append(finding)
-    return findings
+    return [loaded.document.locate(_refusal(loaded, phase)) for phase in missing]
 
 
-def _refusal(loaded: LoadedSpec, phase: Phase) -> tuple[Finding, Loc | None]:
-    """The finding for one unshipped phase, and where to point when its key is not written."""
+def _refusal(loaded: LoadedSpec, phase: Phase) -> Finding:
+    """The finding for one unshipped phase."""
     from gpuclus.deploy.phases import Phase
 
     assert loaded.spec is not None and loaded.topology is not None
     refused = f"this version of gpuclus does not ship the {phase.value} phase yet: `gpuclus deploy` refuses this spec"
-    if phase is Phase.NVIDIA:
-        nvidia = loaded.spec.nvidia
-        key = "driver" if nvidia.driver.install else "cuda"
-        what = "the driver" if nvidia.driver.install else "CUDA"
-        gpu_nodes = loaded.topology.real_gpu_nodes
-        first = gpu_nodes[0].entry if gpu_nodes else None
-        finding = warning(
-            "nvidia-not-shipped",
-            f"{what} is to be installed on {plural(len(gpu_nodes), 'node')} with real GPUs"
-            f"{_default(loaded, ('nvidia', key, 'install'))}, but {refused}",
-            ("nvidia", key, "install"),
-            hint="deploy with --skip nvidia and install the driver and CUDA by hand, "
-            "or set nvidia.driver.install: false and nvidia.cuda.install: false",
-        )
-        return finding, (("nodes", first, "gpus") if first is not None else None)
     if phase is Phase.CONTAINERS:
         containers = loaded.spec.containers
         # Pyxis needs Enroot (pyxis-without-enroot): turning Enroot off alone would trade this for an error.
         also = " and containers.pyxis: false" if containers.pyxis else ""
-        finding = warning(
+        return warning(
             "containers-not-shipped",
             f"{'Enroot and Pyxis are' if containers.pyxis else 'Enroot is'} asked for"
             f"{_default(loaded, ('containers', 'enroot'))}, but {refused}",
             ("containers", "enroot"),
             hint=f"deploy with --skip containers, or set containers.enroot: false{also}",
         )
-        return finding, None
     return warning(
         f"{phase.value}-not-shipped",
         f"the spec needs the {phase.value} phase, but {refused}",
         (phase.value,),
         hint=f"deploy with --skip {phase.value}",
-    ), None
+    )
 
 
 def _default(loaded: LoadedSpec, loc: Loc) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 from gpuclus import __version__
 from gpuclus.errors import UsageError
+from gpuclus.gpu_catalog import UNKNOWN, kind_for_model
 from gpuclus.spec.hostlist import compress
 from gpuclus.spec.models import ClusterSpec, Role
 from gpuclus.spec.topology import Node, Topology, slurm_partitions
@@ -28,10 +29,13 @@ ROLE_GROUPS: tuple[tuple[str, str], ...] = (
     (Role.NFS_SERVER.value, "exports the shared directories"),
     (Role.MONITORING.value, "runs Prometheus and Grafana"),
 )
+# The nodes whose GPUs are real: the nvidia phase's hosts. Fake GPUs (the
+# sandbox) have no driver to install, so they are not in it.
+GPU_GROUP = ("gpu", "has real NVIDIA GPUs; the nvidia phase installs the driver here")
 # Only what a role or playbook reads is rendered: a variable without a reader
-# looks configured and is not. The NVIDIA and container phases bring their
-# group (`gpu`) and group_vars (nvidia.yml, containers.yml) back with the
-# roles that read them; validate takes the network from the spec itself.
+# looks configured and is not. The container phase brings its group_vars
+# (containers.yml) back with the roles that read them; validate takes the
+# network from the spec itself.
 
 # Ansible evaluates Jinja in inventory and group_vars values when it uses them;
 # a spec value carrying these would run as a template on the Ansible host.
@@ -62,12 +66,14 @@ def build_context(spec: ClusterSpec, topology: Topology, *, source_name: str, st
         }
         for role, about in ROLE_GROUPS
     ]
+    groups.append({"name": GPU_GROUP[0], "about": GPU_GROUP[1], "hosts": [n.name for n in topology.real_gpu_nodes]})
 
     group_vars = {
         "cluster": _cluster_vars(spec, topology, controller),
         "slurm": _slurm_vars(spec, topology),
         "nfs": _nfs_vars(spec, topology),
         "monitoring": _monitoring_vars(spec, topology),
+        "nvidia": _nvidia_vars(spec, topology),
     }
     context: dict[str, Any] = {
         "header": GENERATED_HEADER.format(version=__version__, source=source_name),
@@ -170,6 +176,39 @@ def _monitoring_vars(spec: ClusterSpec, topology: Topology) -> dict[str, Any]:
         "gpuclus_monitoring_server": server.name if server else None,
         "gpuclus_monitoring_server_address": server.address if server else None,
     }
+
+
+def _nvidia_vars(spec: ClusterSpec, topology: Topology) -> dict[str, Any]:
+    nvidia = spec.nvidia
+    return {
+        "gpuclus_nvidia_driver_install": nvidia.driver.install,
+        "gpuclus_nvidia_driver_branch": nvidia.driver.branch,
+        "gpuclus_nvidia_driver_source": nvidia.driver.source,
+        "gpuclus_nvidia_kernel_modules": nvidia.driver.kernel_modules,
+        "gpuclus_nvidia_fabric_manager": nvidia.fabric_manager,
+        "gpuclus_nvidia_dcgm": nvidia.dcgm,
+        "gpuclus_nvidia_gpu_generations": {node.name: gpu_generation(node) for node in topology.real_gpu_nodes},
+        "gpuclus_cuda_install": nvidia.cuda.install,
+        "gpuclus_cuda_version": nvidia.cuda.version,
+        "gpuclus_cuda_source": nvidia.cuda.source,
+    }
+
+
+def gpu_generation(node: Node) -> str:
+    """The node's GPU generation as the nvidia_driver role names them, from the spec's gpus.model.
+
+    "unknown" when the spec names no model or one the catalogue lacks (the
+    role then picks the proprietary modules, which drive every generation
+    before Blackwell). Grace Hopper boards are "grace": they need the open
+    modules, which the catalogue says per board.
+    """
+    model = node.gpus.model if node.gpus else None
+    kind = kind_for_model(model) if model else None
+    if kind is None:
+        return UNKNOWN
+    if kind.open_required and kind.generation == "hopper":
+        return "grace"
+    return kind.generation
 
 
 def _has_control_characters(text: str) -> bool:

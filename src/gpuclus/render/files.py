@@ -26,6 +26,7 @@ RENDERED_FILES: tuple[str, ...] = (
     f"{GROUP_VARS_DIR}/slurm.yml",
     f"{GROUP_VARS_DIR}/nfs.yml",
     f"{GROUP_VARS_DIR}/monitoring.yml",
+    f"{GROUP_VARS_DIR}/nvidia.yml",
 )
 
 

@@ -231,12 +231,31 @@ class Nfs(_Model):
 
 class NvidiaDriver(_Model):
     install: bool = Field(default=True, description="Install the NVIDIA driver on GPU nodes.")
-    branch: NumberText = Field(default="550", pattern=r"^\d{3}$", description="Driver branch, e.g. '550'.")
+    branch: NumberText = Field(
+        default="550",
+        pattern=r"^\d{3}$",
+        description="Driver branch, e.g. '550'. The packages are pinned to it and held there.",
+    )
+    source: Literal["auto", "cuda_repo", "distro"] = Field(
+        default="auto",
+        description="Where the driver comes from: distro (the OS's own packages), cuda_repo (NVIDIA's CUDA "
+        "repository), or auto: distro on Ubuntu and on Debian 12 for branch 535, NVIDIA's repository otherwise.",
+    )
+    kernel_modules: Literal["auto", "open", "proprietary"] = Field(
+        default="auto",
+        description="Kernel module flavour: auto picks open from Turing on (required on Blackwell) and "
+        "proprietary for Volta and GPUs whose model the spec does not name.",
+    )
 
 
 class Cuda(_Model):
     install: bool = Field(default=True, description="Install the CUDA toolkit on GPU nodes.")
     version: str = Field(default="12.4", pattern=r"^\d+\.\d+$", description="CUDA toolkit version, e.g. '12.4'.")
+    source: Literal["auto", "cuda_repo", "distro"] = Field(
+        default="auto",
+        description="cuda_repo (NVIDIA's repository: /usr/local/cuda-X.Y, versions side by side), distro (the "
+        "OS's own toolkit, only where it is exactly this version), or auto (cuda_repo).",
+    )
 
     _version_is_text = field_validator("version", mode="before")(_version_text)
 
@@ -244,6 +263,17 @@ class Cuda(_Model):
 class Nvidia(_Model):
     driver: NvidiaDriver = Field(default_factory=NvidiaDriver, description="The NVIDIA kernel driver.")
     cuda: Cuda = Field(default_factory=Cuda, description="The CUDA toolkit.")
+    # A bool or "auto": YAML 1.1 reads on/off as booleans, so those cannot be the words.
+    fabric_manager: Literal["auto"] | bool = Field(
+        default="auto",
+        description="nvidia-fabricmanager, at exactly the driver's version (it needs the driver's source to be "
+        "cuda_repo on Debian): auto installs it on the nodes with NVSwitches on the PCI bus (HGX/DGX), true on "
+        "every GPU node, false nowhere.",
+    )
+    dcgm: bool = Field(
+        default=False,
+        description="Install NVIDIA DCGM (datacenter-gpu-manager, from NVIDIA's repository) on GPU nodes.",
+    )
 
 
 class Containers(_Model):
