@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from gpuclus import gpu_catalog
-from gpuclus.gpu_catalog import CatalogError, GpuKind, lookup, model_matches, normalise_id, parse_catalog
+from gpuclus.gpu_catalog import (
+    CatalogError,
+    GpuKind,
+    kind_for_model,
+    lookup,
+    model_matches,
+    normalise_id,
+    parse_catalog,
+)
+from gpuclus.render.context import gpu_generation
+from gpuclus.spec.models import Gpus
 
 
 @pytest.mark.parametrize(
@@ -121,3 +132,31 @@ def test_the_cli_does_not_read_the_catalogue_at_import() -> None:
     code = "import sys, gpuclus.cli.main, gpuclus.ssh.preflight; print('gpuclus.gpu_catalog' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    ("model", "generation"),
+    [("h100", "hopper"), ("A100-80GB", "ampere"), ("v100", "volta"), ("b200", "blackwell"), ("4090", "ada")],
+)
+def test_a_spec_model_names_its_generation(model: str, generation: str) -> None:
+    kind = kind_for_model(model)
+    assert kind is not None and kind.generation == generation
+
+
+def test_an_unknown_spec_model_names_nothing() -> None:
+    assert kind_for_model("a10x") is None
+    assert kind_for_model("gpu") is None
+
+
+@pytest.mark.parametrize(
+    ("gpus", "generation"),
+    [
+        ({"count": 1, "model": "gh200"}, "grace"),  # open modules only: the role's "grace"
+        ({"count": 8, "model": "h100"}, "hopper"),
+        ({"count": 2}, "unknown"),  # no model: the role picks the modules every generation before Blackwell takes
+        ({"count": 2, "model": "mystery9"}, "unknown"),
+    ],
+)
+def test_render_hands_the_role_a_generation(gpus: dict[str, object], generation: str) -> None:
+    node = SimpleNamespace(gpus=Gpus.model_validate(gpus))
+    assert gpu_generation(node) == generation  # type: ignore[arg-type]
