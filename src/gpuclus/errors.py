@@ -16,6 +16,7 @@ class ExitCode(enum.IntEnum):
     USAGE = 2  # bad arguments, missing file, refused overwrite
     SPEC_INVALID = 3  # the cluster spec has errors
     UNREACHABLE = 4  # hosts could not be reached
+    REBOOT_NEEDED = 5  # deployed, but nodes need a reboot to load their new NVIDIA driver (deploy --reboot)
     INTERRUPTED = 130  # Ctrl-C
 
 

@@ -59,6 +59,8 @@ RECORD_KEYS = {
     "limit",
     "check",
     "kind",
+    "reboot_pending",
+    "rebooted",
     "started_at",
     "gpuclus_version",
     "status",

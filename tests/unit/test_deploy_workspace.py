@@ -301,3 +301,11 @@ def test_new_run_ids_sort_by_time() -> None:
 def test_new_run_ids_in_the_same_second_differ() -> None:
     now = datetime(2026, 3, 1, tzinfo=UTC)
     assert len({new_run_id(now) for _ in range(20)}) > 1
+
+
+def test_reboots_only_when_asked(state: StateDir, rendered: dict[str, str]) -> None:
+    # playbooks/nvidia_reboot.yml reboots GPU nodes only when gpuclus_reboot is true (deploy --reboot).
+    assert prepare(state, rendered).extravars["gpuclus_reboot"] is False
+    asked = prepare(state, rendered, reboot=True, run_id="20260301T120001Z-cd34")
+    assert asked.extravars["gpuclus_reboot"] is True
+    assert asked.runner_kwargs()["extravars"]["gpuclus_reboot"] is True

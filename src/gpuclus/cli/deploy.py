@@ -51,6 +51,14 @@ def deploy(
     no_preflight: Annotated[
         bool, typer.Option("--no-preflight", help="Skip the SSH preflight checks (`gpuclus preflight`) before Ansible.")
     ] = False,
+    reboot: Annotated[
+        bool,
+        typer.Option(
+            "--reboot",
+            help="Reboot, once, each GPU node whose new NVIDIA driver is not loaded yet: drained in Slurm "
+            "first, checked with nvidia-smi after, then resumed.",
+        ),
+    ] = False,
     json_mode: JsonOption = False,
 ) -> None:
     """Build the cluster the spec describes: render, then run the phases with Ansible over SSH.
@@ -64,9 +72,14 @@ def deploy(
     every process it started (a second Ctrl-C kills them at once); the next
     deploy picks up from there. One deploy at a time per spec directory.
 
+    A new NVIDIA driver loads at the next boot. gpuclus never reboots a node
+    unasked: without --reboot the summary names the nodes that need one (exit
+    5); with it each such node is drained, rebooted once, checked and resumed.
+
     Exit 0 when every task succeeded, 1 when a task failed, 2 for bad options
     or another deploy running, 3 for an invalid spec, 4 when hosts were
-    unreachable, 130 when interrupted.
+    unreachable, 5 when all went well but GPU nodes need a reboot (--reboot),
+    130 when interrupted.
     """
     from gpuclus.deploy import pipeline
 
@@ -83,6 +96,7 @@ def deploy(
             retry_failed=retry_failed,
             keep=keep,
             preflight=not no_preflight,
+            reboot=reboot,
         )
         view = _ProgressView(out, len(loaded.topology.nodes), check=check, only=bool(only))
         previous = signal.getsignal(signal.SIGINT)
@@ -303,7 +317,9 @@ def _print_summary(out: Output, record: Any, seconds: float) -> None:
         return
     if record.status == "successful":
         out.result(f"[green]✓[/] deploy {record.id}: {changed} changed in {seconds:.0f} s ({phases})")
+        _print_reboots(out, record)
         return
+    _print_reboots(out, record)
     failed = record.failed_hosts()
     out.result(f"[red]✗[/] deploy {record.id} {record.status} after {seconds:.0f} s ({phases})")
     if record.interrupted is not None:
@@ -314,6 +330,18 @@ def _print_summary(out: Output, record: Any, seconds: float) -> None:
     if failed:
         retry = gpuclus_command("deploy", record.spec, "--retry-failed")
         out.result(f"  failed or unreachable: {escape(', '.join(failed))} — fix, then `{escape(retry)}`")
+
+
+def _print_reboots(out: Output, record: Any) -> None:
+    if record.rebooted:
+        out.result(f"  rebooted to load the new NVIDIA driver: {escape(hostlist.compress(record.rebooted))}")
+    if record.reboot_pending:
+        command = gpuclus_command("deploy", record.spec, "--reboot")
+        nodes = hostlist.compress(record.reboot_pending)
+        out.result(
+            f"  [yellow]reboot needed[/] to load the new NVIDIA driver: {escape(nodes)}"
+            f" — `{escape(command)}` drains, reboots and resumes them (exit 5 until then)"
+        )
 
 
 def _print_check_summary(out: Output, record: Any, seconds: float, phases: str) -> None:

@@ -48,6 +48,9 @@ class HostResult:
     # What a changed result would change, as a short unified diff: only check runs ask Ansible for
     # diffs (--check --diff). Shown on the terminal, never written to a run record.
     diff: str = ""
+    # What the nvidia_reboot role said of the host: "pending" (its new driver loads only after a
+    # reboot, which this run was not allowed to do) or "done" (rebooted once, driver loaded).
+    reboot: str = ""
 
     @property
     def counts_changed(self) -> bool:
@@ -114,6 +117,7 @@ class EventTranslator:
                 ignored=bool(data.get("ignore_errors")),
                 changed_anyway=status == "failed" and changed,
                 diff=result_diff(result) if status == "changed" else "",
+                reboot=reboot_report(result) if status in {"ok", "changed"} else "",
             )
         if kind == "playbook_on_stats":
             per_host: dict[str, dict[str, int]] = {}
@@ -122,6 +126,18 @@ class EventTranslator:
                     per_host.setdefault(host, dict.fromkeys(_STAT_KEYS, 0))[key] = int(count)
             return PlayStats(per_host)
         return None
+
+
+# The facts roles/nvidia_reboot sets for gpuclus to read, and what each means when true.
+REBOOT_FACTS = (("nvidia_reboot_done", "done"), ("nvidia_reboot_pending", "pending"))
+
+
+def reboot_report(result: Any) -> str:
+    """'pending' or 'done' when the result sets one of REBOOT_FACTS to true, else ''."""
+    facts = result.get("ansible_facts") if isinstance(result, dict) else None
+    if not isinstance(facts, dict):
+        return ""
+    return next((word for name, word in REBOOT_FACTS if facts.get(name) in (True, "true", "True")), "")
 
 
 def _changed(result: Any, raw: dict[str, Any]) -> bool:

@@ -45,6 +45,8 @@ class DeployRequest:
     keep: int | None = records.DEFAULT_KEEP
     # SSH preflight of the run's nodes first; the ones that fail are left out.
     preflight: bool = True
+    # Reboot, once, the GPU nodes whose new NVIDIA driver is not loaded (drained in Slurm first).
+    reboot: bool = False
 
 
 class AnsibleRun(Protocol):
@@ -307,6 +309,7 @@ def prepare(
         verbosity=request.verbosity,
         # Every phase the spec needs: the run's nodes get the deploy stamp that `gpuclus plan` reads.
         full=phases == [choice.phase for choice in wanted_phases(loaded.spec, loaded.topology)[0]],
+        reboot=request.reboot,
     )
     record = records.RunRecord(
         id=config.run_id,
@@ -378,6 +381,8 @@ def _status(runner_status: str, record: records.RunRecord, cancelled: bool) -> s
 
 
 def exit_code(record: records.RunRecord) -> ExitCode:
+    if record.status == "successful" and record.reboot_pending and not record.check:
+        return ExitCode.REBOOT_NEEDED
     return {
         "successful": ExitCode.OK,
         "failed": ExitCode.FAILED,

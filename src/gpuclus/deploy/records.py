@@ -73,6 +73,10 @@ class RunRecord:
     failures: list[Failure] = field(default_factory=list)
     error: str = ""  # why the run ended when no task failed (Ansible's own last words)
     interrupted: Interruption | None = None  # set when the status is "interrupted"
+    # Nodes whose new NVIDIA driver loads only after a reboot this run did not do (no --reboot),
+    # and nodes this run rebooted to load it.
+    reboot_pending: list[str] = field(default_factory=list)
+    rebooted: list[str] = field(default_factory=list)
 
     @property
     def seconds(self) -> float:
@@ -136,6 +140,8 @@ class RecordBuilder:
                 self._reached.append(event.host)
         elif isinstance(event, HostResult):
             self._busy.pop(event.host, None)
+            if event.reboot:
+                self._note_reboot(event.host, event.reboot)
             # As Ansible's recap counts (handlers and no_log results included), so the
             # phases' changed add up to the recap's.
             if event.counts_changed and self.current is not None:
@@ -148,6 +154,15 @@ class RecordBuilder:
                 )
         elif isinstance(event, PlayStats):
             self.record.hosts = event.per_host
+
+    def _note_reboot(self, host: str, word: str) -> None:
+        pending, rebooted = self.record.reboot_pending, self.record.rebooted
+        target = rebooted if word == "done" else pending
+        if host not in target:
+            target.append(host)
+            target.sort()
+        if word == "done" and host in pending:
+            pending.remove(host)
 
     def interruption(self) -> Interruption:
         """Where the run is now: the phase, the task and the hosts it was busy on."""

@@ -165,11 +165,14 @@ def prepare_run(
     verbosity: int = 0,
     run_id: str | None = None,
     full: bool = False,
+    reboot: bool = False,
 ) -> RunConfig:
     """The run's directory and configuration.
 
     ``full``: ``phases`` are every phase the spec needs; such a run, unless
     it is a check run, ends by stamping its nodes (entry_playbook).
+    ``reboot``: GPU nodes whose new driver is not loaded may be rebooted
+    (playbooks/nvidia_reboot.yml reads gpuclus_reboot).
     """
     run_id = run_id or new_run_id()
     runs = state.private_dir(state.root / "runs")
@@ -198,6 +201,7 @@ def prepare_run(
             # What the deploy stamp holds (playbooks/stamp.yml; `gpuclus plan` compares it).
             "gpuclus_render_sha256": render_digest(rendered),
             "gpuclus_version": __version__,
+            "gpuclus_reboot": reboot,
         },
         limit=limit,
         check=check,
