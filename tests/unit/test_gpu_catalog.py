@@ -159,4 +159,4 @@ def test_an_unknown_spec_model_names_nothing() -> None:
 )
 def test_render_hands_the_role_a_generation(gpus: dict[str, object], generation: str) -> None:
     node = SimpleNamespace(gpus=Gpus.model_validate(gpus))
-    assert gpu_generation(node) == generation  # type: ignore[arg-type]
+    assert gpu_generation(node) == generation
