@@ -235,7 +235,66 @@ def test_fabric_manager_and_dcgm_names() -> None:
     # Debian packages none: an NVSwitch node on Debian's own driver needs cuda_repo.
     assert value(templar("debian12", nvidia_driver_branch="535"), "__nvidia_driver_fabricmanager_package") is None
     assert value(templar("rocky9"), "__nvidia_driver_version_separator") == "-"
-    assert value(templar("debian12"), "__nvidia_driver_dcgm_package") == "datacenter-gpu-manager"
+    # DCGM 4: one package per CUDA major version the branch supports.
+    assert value(templar("debian12"), "__nvidia_driver_dcgm_package") == "datacenter-gpu-manager-4-cuda12"
+    assert value(templar("rocky9", nvidia_driver_branch="580"), "__nvidia_driver_dcgm_package") == (
+        "datacenter-gpu-manager-4-cuda13"
+    )
+
+
+def fabric_probe(nvswitches: str, installed: str = "", stale_units: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A probe result with the installed query's output and the NVSwitch listing (commands[7])."""
+    commands = [{"rc": 0, "stdout": installed}] + [{"rc": 0, "stdout": ""}] * 6 + [{"rc": 0, "stdout": nvswitches}]
+    return {"found": {"commands": commands, "units": {}}, "stale": {"packages": [], "units": list(stale_units)}}
+
+
+@pytest.mark.parametrize(
+    ("setting", "nvswitches", "wanted"),
+    [
+        ("auto", "0000:05:00.0\n0000:06:00.0\n", True),  # an HGX board's switches
+        ("auto", "", False),
+        (True, "", True),
+        (False, "0000:05:00.0\n", False),
+    ],
+)
+def test_fabric_manager_follows_the_nvswitches(setting: Any, nvswitches: str, wanted: bool) -> None:
+    t = templar(
+        "ubuntu22",
+        nvidia_driver_fabric_manager=setting,
+        __nvidia_driver_probe=fabric_probe(nvswitches, stale_units=("nvidia-fabricmanager",)),
+    )
+    assert value(t, "__nvidia_driver_fabric_manager") is wanted
+    assert value(t, "__nvidia_driver_fabricmanager_missing") is wanted
+    assert value(t, "__nvidia_driver_extra_units") == (["nvidia-fabricmanager"] if wanted else [])
+    assert value(t, "__nvidia_driver_extra_units_stale") == (["nvidia-fabricmanager"] if wanted else [])
+
+
+def test_installed_fabric_manager_and_dcgm_are_not_installed_again() -> None:
+    installed = "hi nvidia-fabricmanager-550\nii datacenter-gpu-manager-4-cuda12\n"
+    t = templar("ubuntu22", nvidia_driver_dcgm=True, __nvidia_driver_probe=fabric_probe("0000:05:00.0\n", installed))
+    assert value(t, "__nvidia_driver_fabricmanager_missing") is False
+    assert value(t, "__nvidia_driver_dcgm_missing") is False
+    # DCGM is not tied to the driver's release: never held.
+    assert "datacenter-gpu-manager-4-cuda12" not in value(t, "__nvidia_driver_installed_names")
+
+
+def test_dcgm_with_the_distribution_driver_adds_nvidia_repository() -> None:
+    t = templar("debian12", nvidia_driver_branch="535", nvidia_driver_dcgm=True, __nvidia_driver_probe=fabric_probe(""))
+    assert value(t, "__nvidia_driver_source") == "distro"
+    assert value(t, "__nvidia_driver_dcgm_needs_keyring") is True
+    assert value(t, "__nvidia_driver_dcgm_missing") is True
+    assert (
+        value(
+            templar(
+                "debian12",
+                nvidia_driver_source="cuda_repo",
+                nvidia_driver_dcgm=True,
+                __nvidia_driver_probe=fabric_probe(""),
+            ),
+            "__nvidia_driver_dcgm_needs_keyring",
+        )
+        is False
+    )
 
 
 # Holding -------------------------------------------------------------------------------------
@@ -324,15 +383,18 @@ def test_dnf_reads_versionlock_names() -> None:
 # Refusals ------------------------------------------------------------------------------------
 
 
-def preflight_asserts() -> list[dict[str, Any]]:
+def preflight_asserts(after_probe: bool = False) -> list[dict[str, Any]]:
+    """The asserts before the node probe (on the inputs alone), or the ones after it (on what it found)."""
     tasks = yaml.safe_load((ROLES / ROLE / "tasks" / "preflight.yml").read_text())
-    return [task["ansible.builtin.assert"] for task in tasks if "ansible.builtin.assert" in task]
+    probe_at = next(index for index, task in enumerate(tasks) if "node_probe" in task)
+    chosen = tasks[probe_at + 1 :] if after_probe else tasks[:probe_at]
+    return [task["ansible.builtin.assert"] for task in chosen if "ansible.builtin.assert" in task]
 
 
-def refusals(os_name: str, **inputs: Any) -> list[str]:
+def refusals(os_name: str, after_probe: bool = False, **inputs: Any) -> list[str]:
     """The fail_msg of the first preflight assert that fails for these inputs (Ansible stops there)."""
     t = templar(os_name, **inputs)
-    for check in preflight_asserts():
+    for check in preflight_asserts(after_probe):
         if not all(t.evaluate_conditional(trust_as_template(str(condition))) for condition in check["that"]):
             return [" ".join(str(t.template(trust_as_template(check["fail_msg"]))).split())]
     return []
@@ -389,7 +451,7 @@ def test_branches_named_without_their_branch_are_refused() -> None:
         ("nvidia_driver_branch", "550\n"),
         ("nvidia_driver_source", "ppa"),
         ("nvidia_driver_kernel_modules", "nouveau"),
-        ("nvidia_driver_gpu_generation", "pascal"),
+        ("nvidia_driver_gpu_generation", "kepler"),
         ("nvidia_driver_module_loadable", "maybe"),
     ],
 )
@@ -416,3 +478,19 @@ def test_unattended_upgrades_blacklist() -> None:
     text = rendered("etc/apt/apt.conf.d/51gpuclus-nvidia-driver.j2", "ubuntu22")
     assert 'Unattended-Upgrade::Package-Blacklist {\n    "nvidia-";\n    "libnvidia-";\n' in text
     assert '    "linux-modules-nvidia-";\n' in text
+
+
+def test_fabric_manager_on_debian_distro_driver_is_refused() -> None:
+    asked = refusals("debian12", nvidia_driver_branch="535", nvidia_driver_fabric_manager=True)
+    assert asked and "has no fabric manager: set nvidia_driver_source to cuda_repo" in asked[0]
+    found = refusals(
+        "debian12", after_probe=True, nvidia_driver_branch="535", __nvidia_driver_probe=fabric_probe("0000:05:00.0\n")
+    )
+    assert found == [
+        "gpu01 has 1 NVSwitch(es), which need nvidia-fabricmanager at the driver's exact version, and Debian's own "
+        "driver comes without one: set nvidia.driver.source: cuda_repo in cluster.yaml (nvidia_driver_source), or "
+        "nvidia.fabric_manager: false."
+    ]
+    assert (
+        refusals("debian12", after_probe=True, nvidia_driver_branch="535", __nvidia_driver_probe=fabric_probe("")) == []
+    )
