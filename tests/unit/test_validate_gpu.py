@@ -25,7 +25,15 @@ from gpuclus.ssh.client import CommandResult
 from gpuclus.validate import probes, thresholds
 from gpuclus.validate.checks import gpu
 from gpuclus.validate.checks.gpu.ddp import ddp_smoke
-from gpuclus.validate.checks.gpu.hints import LAUNCH_HINT
+from gpuclus.validate.checks.gpu.driver_state import (
+    DriverFacts,
+    StateFile,
+    facts_command,
+    parse_driver_facts,
+    parse_state_file,
+    same_version,
+)
+from gpuclus.validate.checks.gpu.hints import DRIVER_HINT, LAUNCH_HINT, REBOOT_HINT
 from gpuclus.validate.checks.gpu.isolation import IsolationView, isolation, parse_isolation
 from gpuclus.validate.checks.gpu.nccl import (
     NcclTests,
@@ -36,12 +44,18 @@ from gpuclus.validate.checks.gpu.nccl import (
     parse_nccl_tests_detection,
 )
 from gpuclus.validate.checks.gpu.nvidia_smi import (
+    FABRIC_MARK,
+    FACTS_MARK,
     NO_SMI,
     SMI_QUERY,
+    FabricInfo,
     driver_versions,
+    interpret_smi,
     majority_version,
     nvidia_smi_inventory,
+    parse_fabric,
     parse_nvidia_smi,
+    smi_command,
 )
 from gpuclus.validate.checks.gpu.per_gpu import matmul, memory_bandwidth
 from gpuclus.validate.checks.gpu.probe_output import TORCH_HINT, parse_probe_output
@@ -159,8 +173,8 @@ def probe_line(payload: dict[str, Any]) -> str:
 # --- recorded nvidia-smi output --------------------------------------------------------
 
 SMI_H100_X2 = (
-    "0, NVIDIA H100 80GB HBM3, GPU-5c1f3a52-8e1b-2f0e-9d4c-1a2b3c4d5e6f, 550.54.15, 81559\n"
-    "1, NVIDIA H100 80GB HBM3, GPU-9a8b7c6d-1e2f-3a4b-5c6d-7e8f9a0b1c2d, 550.54.15, 81559\n"
+    "0, NVIDIA H100 80GB HBM3, GPU-5c1f3a52-8e1b-2f0e-9d4c-1a2b3c4d5e6f, 550.54.15, 81559, Enabled\n"
+    "1, NVIDIA H100 80GB HBM3, GPU-9a8b7c6d-1e2f-3a4b-5c6d-7e8f9a0b1c2d, 550.54.15, 81559, Enabled\n"
 )
 SMI_H100_X1 = SMI_H100_X2.splitlines(keepends=True)[0]
 SMI_FAILED = (
@@ -380,17 +394,392 @@ def test_driver_outside_the_spec_branch_warns() -> None:
     assert "not from branch 550" in by_node(outcome)["gpu01"].message
 
 
-def test_driver_check_skips_nodes_without_an_answer() -> None:
-    ctx = StubContext(spec_text(), {"smi": {"gpu01": ok(SMI_H100_X2), "gpu02": ok(NO_SMI)}})
-    rows = by_node(driver_versions(ctx))
-    assert rows["gpu02"].status is Status.SKIP
+def test_driver_check_skips_nodes_whose_job_did_not_run_and_fails_nodes_without_nvidia_smi() -> None:
+    refused = CommandResult(1, "", "srun: error: Unable to allocate resources: Requested nodes are busy\n")
+    three = spec_text(nodes="gpu[01-03]", addresses="10.0.0.[11-13]")
+    replies = {"gpu01": ok(SMI_H100_X2), "gpu02": ok(NO_SMI + "\n"), "gpu03": refused}
+    outcome = driver_versions(StubContext(three, {"smi": replies}))
+    rows = by_node(outcome)
     assert rows["gpu01"].status is Status.PASS
+    assert rows["gpu02"].status is Status.FAIL
+    assert rows["gpu02"].message == "no NVIDIA driver: nvidia-smi not found on the node"
+    assert rows["gpu03"].status is Status.SKIP  # blamed in gpu.nvidia-smi, with the launch hint
+    assert outcome.hint and "gpuclus deploy --only nvidia" in outcome.hint and "--reboot" not in outcome.hint
 
 
 def test_majority_version_prefers_the_most_common_then_the_newest() -> None:
     assert majority_version(["550.54.15", "535.161.08", "550.54.15"]) == "550.54.15"
     assert majority_version(["535.161.08", "550.54.15"]) == "550.54.15"
     assert majority_version([]) is None
+
+
+# --- driver state: version mismatch, no driver, pending reboot ---------------------------------
+#
+# The nvidia-smi job prints, after nvidia-smi's answer, the fabric state and the
+# driver facts (driver_state.facts_command). Written here like the real files:
+# /sys/module/nvidia/version holds the bare version; /proc/driver/nvidia/version
+# as in cpnr/computing#109; the state file as the nvidia_driver role writes it
+# (to_nice_json, sorted keys); nvidia-smi's mismatch words as in
+# tinygrad/open-gpu-kernel-modules#47.
+
+PROC_OPEN_550 = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  "
+    "(dvs-builder@U16-I3-B03-4-3)  Tue Mar  5 22:20:28 UTC 2024\n"
+    "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n"
+)
+PROC_PROPRIETARY_535 = (
+    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.161.08  Tue Mar  5 22:42:46 UTC 2024\n"
+    "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
+)
+SMI_MISMATCH = "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 550.54\n"
+SRUN_EXIT_18 = "srun: error: gpu02: task 0: Exited with exit code 18\n"
+FABRIC_NA = "0, N/A, N/A\n1, N/A, N/A\n"
+FABRIC_READY = "0, Completed, Success\n1, Completed, Success\n"
+
+
+def state_file(installed: str | None, loaded: str | None, *, reboot_needed: bool) -> str:
+    verdict = "installed, reboot needed to load" if reboot_needed else "installed and loaded"
+    state = {
+        "branch": "550",
+        "initramfs": "update-initramfs -u -k all after each change of the nouveau blacklist",
+        "installed_version": installed,
+        "kernel_modules": "open",
+        "loaded_version": loaded,
+        "module_loadable": True,
+        "packages": ["cuda-drivers-550", "nvidia-persistenced"],
+        "reboot_needed": reboot_needed,
+        "source": "cuda_repo",
+        "verdict": verdict,
+    }
+    return json.dumps(state, indent=4, sort_keys=True)
+
+
+def facts(
+    module: str | None = "550.54.15",
+    libraries: tuple[str, ...] = ("550.54.15",),
+    state: str | None = None,
+    proc: str | None = None,
+) -> str:
+    """What facts_command prints on a node: each source after '== <source>', absent ones left out."""
+    parts = []
+    if module:
+        parts.append(f"== /sys/module/nvidia/version\n{module}\n\n")
+        parts.append(f"== /proc/driver/nvidia/version\n{proc or PROC_OPEN_550.replace('550.54.15', module)}\n")
+    elif proc:
+        parts.append(f"== /proc/driver/nvidia/version\n{proc}\n")
+    if state is not None:
+        parts.append(f"== /var/lib/gpuclus/nvidia-driver.json\n{state}\n\n")
+    if module:
+        parts.append("== /dev/nvidiactl\n")
+    parts += [f"== lib /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{version}\n" for version in libraries]
+    return "".join(parts)
+
+
+def job(smi: str = SMI_H100_X2, fabric: str | None = FABRIC_NA, driver: str | None = None) -> str:
+    """The nvidia-smi job's whole output; ``fabric`` None when nvidia-smi failed (the job skips that part)."""
+    fabric_part = f"{FABRIC_MARK}\n{fabric}" if fabric is not None else ""
+    return f"{smi}{fabric_part}{FACTS_MARK}\n{facts() if driver is None else driver}"
+
+
+def mismatch_job(driver: str) -> CommandResult:
+    return CommandResult(18, job(SMI_MISMATCH, None, driver), SRUN_EXIT_18)
+
+
+def no_driver_job(driver: str = "") -> CommandResult:
+    return CommandResult(9, job(SMI_FAILED, None, driver), "srun: error: gpu02: task 0: Exited with exit code 9\n")
+
+
+def test_parse_driver_facts_reads_module_libraries_device_and_state_file() -> None:
+    text = facts(
+        module="535.161.08",
+        libraries=("535.161.08", "550.54.15"),
+        state=state_file("550.54.15", "535.161.08", reboot_needed=True),
+    )
+    found = parse_driver_facts(text)
+    assert found.loaded == "535.161.08"
+    assert found.libraries == ("550.54.15", "535.161.08")  # newest first
+    assert found.installed == "550.54.15"
+    assert found.control_device and not found.no_driver
+    assert found.state == StateFile("550.54.15", "535.161.08", "installed, reboot needed to load", True)
+    assert found.reboot_pending
+
+
+@pytest.mark.parametrize(("proc", "version"), [(PROC_OPEN_550, "550.54.15"), (PROC_PROPRIETARY_535, "535.161.08")])
+def test_parse_driver_facts_reads_proc_when_sys_module_is_missing(proc: str, version: str) -> None:
+    found = parse_driver_facts(facts(module=None, proc=proc, libraries=()))
+    assert found.loaded == version
+
+
+def test_parse_driver_facts_of_a_node_without_driver() -> None:
+    found = parse_driver_facts(facts(module=None, libraries=()))
+    assert found == DriverFacts()
+    assert found.no_driver and found.installed is None and not found.reboot_pending
+    assert found.mismatch_text() == "loaded module version unreadable, installed version unknown"
+
+
+def test_state_file_that_is_not_json_is_ignored() -> None:
+    found = parse_driver_facts("== /var/lib/gpuclus/nvidia-driver.json\n{not json\n== /dev/nvidiactl\n")
+    assert found.state is None and found.control_device
+    assert parse_state_file('["a list"]') is None
+
+
+def test_installed_version_prefers_library_files_then_the_state_file_unless_nvidia_smi_contradicts_it() -> None:
+    state = StateFile(installed_version="550.54.15", reboot_needed=True)
+    assert DriverFacts(libraries=("550.90.07",), state=state).installed == "550.90.07"
+    assert DriverFacts(state=state, nvml_library="550.54").installed == "550.54.15"
+    assert DriverFacts(state=state, nvml_library="560.35").installed == "560.35"  # the state file is stale
+    assert DriverFacts(nvml_library="560.35").installed == "560.35"
+
+
+def test_a_reboot_is_pending_only_while_the_loaded_module_is_not_the_installed_driver() -> None:
+    waiting = StateFile(installed_version="550.90.07", reboot_needed=True)
+    assert DriverFacts(loaded="550.54.15", state=waiting).reboot_pending
+    assert DriverFacts(loaded=None, state=waiting).reboot_pending
+    # The file predates the reboot that loaded 550.90.07: nothing is pending any more.
+    assert not DriverFacts(loaded="550.90.07", state=waiting).reboot_pending
+    assert not DriverFacts(loaded="550.54.15", state=StateFile("550.90.07", reboot_needed=False)).reboot_pending
+    assert same_version("570.124", "570.124.06") and not same_version("570.124", "570.86.10")
+
+
+def test_facts_command_runs_for_real_on_a_tree_of_files(tmp_path: Any) -> None:
+    root = str(tmp_path)
+    files = {
+        "sys/module/nvidia/version": "535.161.08\n",
+        "var/lib/gpuclus/nvidia-driver.json": state_file("550.54.15", "535.161.08", reboot_needed=True) + "\n",
+        "dev/nvidiactl": "",
+        "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15": "",
+        "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1": "",  # the soname link: no version in it
+    }
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    result = subprocess.run(["sh", "-c", facts_command(root)], capture_output=True, text=True, check=False)
+    found = parse_driver_facts(result.stdout)
+    assert (found.loaded, found.libraries, found.control_device) == ("535.161.08", ("550.54.15",), True)
+    assert found.state is not None and found.state.reboot_needed and found.reboot_pending
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = subprocess.run(["sh", "-c", facts_command(str(empty))], capture_output=True, text=True, check=False)
+    assert result.stdout == "" and parse_driver_facts(result.stdout).no_driver
+
+
+STAND_IN_SMI = r"""#!/bin/sh
+# A stand-in for nvidia-smi on a driver without the fabric query fields; the
+# "Clocks Event Reasons" blocks, made up here, carry State lines that are not the fabric's.
+case "$*" in
+  *fabric.state*) echo 'Field "fabric.state" is not a valid field to query.'; echo; exit 2 ;;
+  -q) printf '%s\n' "GPU 00000000:18:00.0" "    Persistence Mode                      : Enabled" \
+        "    Clocks Event Reasons" "        State                             : Active" \
+        "    Fabric" "        State                             : In Progress" \
+        "        Status                            : N/A" "    Clocks Event Reasons" \
+        "        State                             : Idle" \
+        "GPU 00000000:2A:00.0" "    Fabric" \
+        "        State                             : Completed" "        Status                            : Success" ;;
+  *) printf '%s\n' "0, NVIDIA H100 80GB HBM3, GPU-1, 550.54.15, 81559, Enabled" \
+        "1, NVIDIA H100 80GB HBM3, GPU-2, 550.54.15, 81559, Disabled" ;;
+esac
+"""
+STAND_IN_MISMATCH = """#!/bin/sh
+echo 'Failed to initialize NVML: Driver/library version mismatch'
+echo 'NVML library version: 550.54'
+exit 18
+"""
+
+
+def run_smi_job(tmp_path: Any, stand_in: str) -> CommandResult:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "nvidia-smi").write_text(stand_in)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    command = smi_command(str(tmp_path / "node"))
+    result = subprocess.run(["sh", "-c", command], capture_output=True, text=True, env=env, check=False)
+    return CommandResult(result.returncode, result.stdout, result.stderr)
+
+
+def test_smi_job_with_a_stand_in_nvidia_smi_reads_the_fabric_from_the_full_query_on_older_drivers(
+    tmp_path: Any,
+) -> None:
+    result = run_smi_job(tmp_path, STAND_IN_SMI)
+    assert result.exit_status == 0
+    answer = interpret_smi(result)
+    assert [gpu.persistence for gpu in answer.gpus] == ["Enabled", "Disabled"]
+    # The "State" of Clocks Event Reasons is not the fabric's: awk keeps only each Fabric block's two lines.
+    assert answer.fabric == (FabricInfo(0, "In Progress", "N/A"), FabricInfo(1, "Completed", "Success"))
+    fabric_part = result.stdout.split(FABRIC_MARK + "\n")[1].split(FACTS_MARK)[0]
+    assert [" ".join(line.split()) for line in fabric_part.splitlines()[2:]] == [
+        "GPU 00000000:18:00.0",
+        "State : In Progress",
+        "Status : N/A",
+        "GPU 00000000:2A:00.0",
+        "State : Completed",
+        "Status : Success",
+    ]
+
+
+def test_smi_job_with_a_stand_in_nvidia_smi_keeps_the_mismatch_exit_code_and_words(tmp_path: Any) -> None:
+    result = run_smi_job(tmp_path, STAND_IN_MISMATCH)
+    assert result.exit_status == 18
+    answer = interpret_smi(result)
+    assert answer.mismatch and answer.error is not None
+    assert answer.error.startswith("Failed to initialize NVML: Driver/library version mismatch")
+    assert answer.facts.nvml_library == "550.54"
+
+
+def test_version_mismatch_fails_both_checks_with_the_versions_and_the_reboot_hint() -> None:
+    old_module = facts(module="535.161.08", libraries=("550.54.15",))
+    ctx = StubContext(spec_text(), {"smi": {"gpu01": ok(job()), "gpu02": mismatch_job(old_module)}})
+    inventory = nvidia_smi_inventory(ctx)
+    row = by_node(inventory)["gpu02"]
+    assert row.status is Status.FAIL
+    assert row.message == (
+        "Failed to initialize NVML: Driver/library version mismatch "
+        "(kernel module 535.161.08 loaded, libraries 550.54.15 installed)"
+    )
+    assert inventory.hint == REBOOT_HINT  # not the install hint: the driver is there, the old module too
+    outcome = driver_versions(ctx)
+    rows = by_node(outcome)
+    assert rows["gpu01"].status is Status.PASS
+    assert rows["gpu02"].status is Status.FAIL
+    assert (rows["gpu02"].value, rows["gpu02"].expected) == ("535.161.08", "550.54.15")
+    assert rows["gpu02"].message.startswith("driver/library version mismatch: kernel module 535.161.08 loaded")
+    assert outcome.hint and "`gpuclus deploy --reboot`" in outcome.hint and "--only nvidia" not in outcome.hint
+    assert ctx.kinds().count("smi") == 2  # the facts came with nvidia-smi's own job
+
+
+def test_version_mismatch_takes_the_installed_version_from_the_state_file_without_library_files() -> None:
+    driver = facts(module="535.161.08", libraries=(), state=state_file("550.54.15", None, reboot_needed=True))
+    row = by_node(driver_versions(StubContext(spec_text(), {"smi": mismatch_job(driver)})))["gpu01"]
+    assert (row.status, row.value, row.expected) == (Status.FAIL, "535.161.08", "550.54.15")
+
+
+def test_mismatch_is_told_by_its_words_whatever_the_exit_code() -> None:
+    words_only = CommandResult(1, job(SMI_MISMATCH, None, facts(module="535.161.08")), "")
+    assert interpret_smi(words_only).mismatch
+    code_only = CommandResult(18, job("NVIDIA-SMI has failed for another reason\n", None, facts()), "")
+    assert not interpret_smi(code_only).mismatch
+
+
+def test_no_driver_keeps_the_install_hint() -> None:
+    ctx = StubContext(spec_text(), {"smi": no_driver_job()})
+    inventory = nvidia_smi_inventory(ctx)
+    assert inventory.hint == DRIVER_HINT
+    outcome = driver_versions(ctx)
+    row = by_node(outcome)["gpu01"]
+    assert row.status is Status.FAIL
+    assert row.message.startswith("no NVIDIA driver loaded (no kernel module, no /dev/nvidiactl): NVIDIA-SMI has")
+    assert outcome.hint == DRIVER_HINT
+
+
+def test_a_control_device_without_a_loaded_module_is_not_called_no_driver() -> None:
+    # /dev/nvidiactl stays after the module is unloaded by hand; gpu.driver leaves that node to gpu.nvidia-smi.
+    ctx = StubContext(spec_text(), {"smi": no_driver_job("== /dev/nvidiactl\n")})
+    assert by_node(driver_versions(ctx))["gpu01"].status is Status.SKIP
+    assert nvidia_smi_inventory(ctx).hint == DRIVER_HINT
+
+
+def test_driver_installed_but_not_loaded_yet_names_the_reboot_too() -> None:
+    waiting = facts(module=None, libraries=("535.183.01",), state=state_file("535.183.01", None, reboot_needed=True))
+    ctx = StubContext(spec_text(), {"smi": no_driver_job(waiting)})
+    row = by_node(driver_versions(ctx))["gpu01"]
+    assert row.status is Status.FAIL
+    assert row.message.endswith("(driver 535.183.01 is installed and loads at the next reboot)")
+    hint = nvidia_smi_inventory(ctx).hint
+    assert hint and DRIVER_HINT in hint and REBOOT_HINT in hint
+
+
+def test_pending_reboot_while_nvidia_smi_still_works_warns() -> None:
+    pending = facts(state=state_file("550.90.07", "550.54.15", reboot_needed=True))
+    ctx = StubContext(spec_text(), {"smi": {"gpu01": ok(job(driver=pending)), "gpu02": ok(job())}})
+    outcome = driver_versions(ctx)
+    rows = by_node(outcome)
+    assert rows["gpu01"].status is Status.WARN
+    assert rows["gpu01"].message == "reboot pending: driver 550.90.07 is installed, module 550.54.15 is loaded"
+    assert rows["gpu02"].status is Status.PASS
+    assert outcome.hint == REBOOT_HINT
+    assert nvidia_smi_inventory(ctx).overall is Status.PASS  # nvidia-smi itself is fine
+
+
+def test_state_file_from_before_the_reboot_is_not_a_pending_reboot() -> None:
+    stale = facts(state=state_file("550.54.15", None, reboot_needed=True))  # written before the reboot
+    outcome = driver_versions(StubContext(spec_text(), {"smi": ok(job(driver=stale))}))
+    assert outcome.overall is Status.PASS
+    assert outcome.hint is None
+
+
+# --- persistence mode and the NVSwitch fabric --------------------------------------------------
+
+
+def test_persistence_mode_disabled_warns_with_the_persistenced_hint() -> None:
+    disabled = SMI_H100_X2.replace("1c2d, 550.54.15, 81559, Enabled", "1c2d, 550.54.15, 81559, Disabled")
+    ctx = StubContext(spec_text(), {"smi": {"gpu01": ok(job(disabled)), "gpu02": ok(job())}})
+    outcome = nvidia_smi_inventory(ctx)
+    rows = by_node(outcome)
+    assert rows["gpu01"].status is Status.WARN
+    assert rows["gpu01"].message.startswith("persistence mode disabled on GPU 1 (2 x NVIDIA H100")
+    assert rows["gpu02"].status is Status.PASS
+    assert outcome.hint and "`systemctl enable --now nvidia-persistenced`" in outcome.hint
+
+
+def test_persistence_mode_not_reported_is_not_judged() -> None:
+    unknown = SMI_H100_X2.replace("Enabled", "[N/A]")
+    outcome = nvidia_smi_inventory(StubContext(spec_text(), {"smi": ok(job(unknown))}))
+    assert outcome.overall is Status.PASS
+
+
+def test_a_count_failure_outweighs_persistence_mode() -> None:
+    one_off = SMI_H100_X1.replace("Enabled", "Disabled")
+    row = by_node(nvidia_smi_inventory(StubContext(spec_text(), {"smi": ok(job(one_off))})))["gpu01"]
+    assert row.status is Status.FAIL
+    assert "lists 1 GPU(s)" in row.message and "persistence mode disabled on GPU 0" in row.message
+
+
+@pytest.mark.parametrize(
+    ("fabric", "said"),
+    [
+        ("0, Completed, Success\n1, In Progress, N/A\n", "NVSwitch fabric not ready on GPU 1 (In Progress, N/A)"),
+        ("0, Not Started, N/A\n1, Not Started, N/A\n", "GPU 0 (Not Started, N/A), GPU 1 (Not Started, N/A)"),
+        ("0, Completed, Success\n1, Completed, Insufficient Resources\n", "GPU 1 (Completed, Insufficient Resources)"),
+    ],
+)
+def test_nvswitch_fabric_not_completed_fails_with_the_fabricmanager_hint(fabric: str, said: str) -> None:
+    outcome = nvidia_smi_inventory(StubContext(spec_text(), {"smi": ok(job(fabric=fabric))}))
+    row = by_node(outcome)["gpu01"]
+    assert row.status is Status.FAIL
+    assert said in row.message
+    assert outcome.hint and "`systemctl status nvidia-fabricmanager`" in outcome.hint
+    assert "exactly the driver's version" in outcome.hint
+
+
+def test_nvswitch_fabric_completed_passes_and_no_fabric_is_not_judged() -> None:
+    ready = by_node(nvidia_smi_inventory(StubContext(spec_text(), {"smi": ok(job(fabric=FABRIC_READY))})))
+    assert ready["gpu01"].status is Status.PASS
+    assert ready["gpu01"].message.endswith(", NVSwitch fabric ready")
+    for no_fabric in (FABRIC_NA, "0, [N/A], [N/A]\n1, [N/A], [N/A]\n", ""):
+        rows = by_node(nvidia_smi_inventory(StubContext(spec_text(), {"smi": ok(job(fabric=no_fabric))})))
+        assert rows["gpu01"].status is Status.PASS
+        assert "fabric" not in rows["gpu01"].message
+
+
+def test_parse_fabric_query_and_full_query_blocks() -> None:
+    assert parse_fabric("0, Completed, Success\n1, In Progress, N/A\n") == [
+        FabricInfo(0, "Completed", "Success"),
+        FabricInfo(1, "In Progress", "N/A"),
+    ]
+    full = (
+        'Field "fabric.state" is not a valid field to query.\n\n'
+        "GPU 00000000:18:00.0\n"
+        "        State                             : Completed\n"
+        "        Status                            : Success\n"
+        "GPU 00000000:2A:00.0\n"
+        "        State                             : N/A\n"
+        "        Status                            : N/A\n"
+    )
+    fabric = parse_fabric(full)
+    assert fabric == [FabricInfo(0, "Completed", "Success"), FabricInfo(1, "N/A", "N/A")]
+    assert fabric[0].ready and fabric[0].reported and not fabric[1].reported
+    assert parse_fabric("") == []
 
 
 # --- thresholds ---------------------------------------------------------------------------

@@ -22,9 +22,16 @@ from gpuclus.validate.checks.gpu.per_gpu import matmul, memory_bandwidth
 from gpuclus.validate.model import Level
 
 CHECKS = [
-    Check("gpu.nvidia-smi", Level.QUICK, "nvidia-smi lists the spec's GPUs on every GPU node", nvidia_smi_inventory),
+    Check(
+        "gpu.nvidia-smi",
+        Level.QUICK,
+        "nvidia-smi lists the spec's GPUs on every GPU node, persistence mode on, NVSwitch fabric up",
+        nvidia_smi_inventory,
+    ),
     Check("gpu.isolation", Level.STANDARD, "a job given one GPU sees exactly one", isolation),
-    Check("gpu.driver", Level.STANDARD, "one NVIDIA driver version on all GPU nodes", driver_versions),
+    Check(
+        "gpu.driver", Level.STANDARD, "one NVIDIA driver version on all GPU nodes, and it is loaded", driver_versions
+    ),
     Check("gpu.matmul", Level.FULL, "bf16 matmul TFLOP/s per GPU against the chip's peak", matmul),
     Check("gpu.membw", Level.FULL, "device memory bandwidth per GPU against the chip's peak", memory_bandwidth),
     Check("gpu.nccl", Level.FULL, "NCCL all-reduce bus bandwidth within nodes and between pairs", nccl_all_reduce),
