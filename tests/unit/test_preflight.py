@@ -631,3 +631,40 @@ def test_a_check_every_node_skipped_is_one_line_not_a_column() -> None:
     header = text.splitlines()[0].split()
     assert header == ["node", "ssh", "gpus"]
     assert "skipped on every node (--json gives each reason): nouveau" in text
+
+
+def unnamed_model_check(fixture: str, *, modules_from_model: bool = True) -> tuple[str, str, str]:
+    """gpu-model on an hgx01 whose spec entry names no gpus.model."""
+    node = load_spec_text(GPU_SPEC.replace("gpus: {count: 8, model: h100}", "gpus: {count: 8}"))
+    assert node.topology is not None
+    sections = recorded(fixture)
+    checks = judge(node.topology.by_name()["hgx01"], sections, "ubuntu", 10, modules_from_model=modules_from_model)
+    [check] = [check for check in checks if check.name == "gpu-model"]
+    return check.status, check.message, check.hint or ""
+
+
+def test_without_a_model_hopper_gets_proprietary_modules_and_says_so() -> None:
+    status, message, hint = unnamed_model_check("h100-hgx-secure-boot")
+    assert status == "warn"
+    assert message.startswith("8x h100 (0x2330, hopper): without gpus.model the nvidia phase installs the proprietary")
+    assert hint.startswith("set nodes[].gpus.model: h100")
+
+
+def test_without_a_model_open_only_gpus_fail_before_the_wrong_modules_go_in() -> None:
+    # A Blackwell board (B200, 0x2901): the proprietary modules cannot drive it.
+    sections = recorded("h100-hgx-secure-boot")
+    sections["pci"] = [line.replace("0x2330", "0x2901") for line in sections["pci"]]
+    node = load_spec_text(GPU_SPEC.replace("gpus: {count: 8, model: h100}", "gpus: {count: 8}"))
+    assert node.topology is not None
+    [check] = [c for c in judge(node.topology.by_name()["hgx01"], sections, "ubuntu", 10) if c.name == "gpu-model"]
+    assert check.status == "fail"
+    assert "only the open kernel modules drive these" in check.message
+    assert check.hint == (
+        "set nodes[].gpus.model: b200 (the nvidia phase picks the kernel modules from it), "
+        "or nvidia.driver.kernel_modules: open"
+    )
+
+
+def test_modules_chosen_in_the_spec_need_no_model() -> None:
+    status, message, _hint = unnamed_model_check("h100-hgx-secure-boot", modules_from_model=False)
+    assert (status, message) == ("ok", "8x h100 (0x2330, hopper): open kernel modules recommended")

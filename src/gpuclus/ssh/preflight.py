@@ -43,6 +43,7 @@ from gpuclus.ssh.client import (
 from gpuclus.state import StateDir
 
 if TYPE_CHECKING:
+    from gpuclus.gpu_catalog import GpuKind
     from gpuclus.spec.load import LoadedSpec
 
 SSH_PORT = 22  # every node's SSH port for --password (tests point it at a local server)
@@ -134,12 +135,20 @@ def parse_sections(text: str) -> dict[str, list[str]]:
 
 
 def judge(
-    node: Node, sections: dict[str, list[str]], admin_user: str, min_disk_gb: float, *, driver_install: bool = True
+    node: Node,
+    sections: dict[str, list[str]],
+    admin_user: str,
+    min_disk_gb: float,
+    *,
+    driver_install: bool = True,
+    modules_from_model: bool = True,
 ) -> list[PreflightCheck]:
     """Turn a node's probe answers into checks (pure).
 
     ``driver_install``: the spec's nvidia.driver.install; Secure Boot and the
     kernel headers matter only when gpuclus is to build the driver's modules.
+    ``modules_from_model``: nvidia.driver.kernel_modules is auto, so the nvidia
+    phase picks the modules from gpus.model (see _model_check).
     """
     checks: list[PreflightCheck] = []
 
@@ -206,7 +215,7 @@ def judge(
             PreflightCheck("disk", "fail", f"{free_gb:.1f} GB free on /, {need}", "free space on the root fs")
         )
     checks.append(_gpu_check(node, sections))
-    checks.extend(gpu_node_checks(node, sections, driver_install))
+    checks.extend(gpu_node_checks(node, sections, driver_install, modules_from_model=modules_from_model))
     missing = [line.split()[0] for line in sections.get("resolve", []) if line.endswith(" missing")]
     if missing:
         checks.append(
@@ -257,7 +266,9 @@ def _pci_ids(sections: dict[str, list[str]], name: str) -> list[str]:
     return ids
 
 
-def gpu_node_checks(node: Node, sections: dict[str, list[str]], driver_install: bool) -> list[PreflightCheck]:
+def gpu_node_checks(
+    node: Node, sections: dict[str, list[str]], driver_install: bool, *, modules_from_model: bool = True
+) -> list[PreflightCheck]:
     """Model, Secure Boot, nouveau, kernel headers and NVSwitches: what the nvidia phase will meet (pure).
 
     Judged only on nodes whose spec says real GPUs: a CPU node needs none of it,
@@ -272,7 +283,7 @@ def gpu_node_checks(node: Node, sections: dict[str, list[str]], driver_install: 
     if reason:
         return [PreflightCheck(name, "skip", reason) for name in GPU_NODE_CHECKS]
     return [
-        _model_check(node, _pci_ids(sections, "pci")),
+        _model_check(node, _pci_ids(sections, "pci"), driver_install and modules_from_model),
         _secure_boot_check(sections.get("secureboot", []), driver_install),
         _nouveau_check(sections, driver_install),
         _headers_check(sections, driver_install),
@@ -280,7 +291,7 @@ def gpu_node_checks(node: Node, sections: dict[str, list[str]], driver_install: 
     ]
 
 
-def _model_check(node: Node, ids: list[str]) -> PreflightCheck:
+def _model_check(node: Node, ids: list[str], modules_from_model: bool = False) -> PreflightCheck:
     from gpuclus.gpu_catalog import lookup, model_matches  # its table is read only when a GPU node is judged
 
     if not ids:
@@ -310,11 +321,40 @@ def _model_check(node: Node, ids: list[str]) -> PreflightCheck:
             "its generation, and so the kernel-module flavour, is unknown to gpuclus: compare `lspci -nn -d 10de:` "
             "with src/gpuclus/data/nvidia_gpus.yml",
         )
+    if wanted is None and modules_from_model:
+        unnamed = _unnamed_model_check(kinds, found)
+        if unnamed is not None:
+            return unnamed
     flavours = {kind.generation: _flavour(kind.module_flavour, kind.open_required) for kind in kinds}
     if len(set(flavours.values())) == 1:
         return PreflightCheck("gpu-model", "ok", f"{found}: {next(iter(flavours.values()))}")
     each = "; ".join(f"{generation}: {flavour}" for generation, flavour in sorted(flavours.items()))
     return PreflightCheck("gpu-model", "ok", f"{found} ({each})")
+
+
+def _unnamed_model_check(kinds: list[GpuKind], found: str) -> PreflightCheck | None:
+    """The spec names no gpus.model, so the nvidia phase knows no generation and installs the
+    proprietary modules: a failure where they cannot drive the GPUs, a warning where NVIDIA
+    recommends the open ones. Known GPUs only (an unknown id is warned about already)."""
+    models = sorted({kind.model for kind in kinds if kind.model})
+    fix = f"set nodes[].gpus.model: {' or '.join(models)} (the nvidia phase picks the kernel modules from it)"
+    if any(kind.open_required for kind in kinds):
+        return PreflightCheck(
+            "gpu-model",
+            "fail",
+            f"{found}: only the open kernel modules drive these, and without gpus.model the nvidia phase would "
+            "install the proprietary ones",
+            f"{fix}, or nvidia.driver.kernel_modules: open",
+        )
+    if any(kind.module_flavour == "open" for kind in kinds):
+        return PreflightCheck(
+            "gpu-model",
+            "warn",
+            f"{found}: without gpus.model the nvidia phase installs the proprietary kernel modules (they work; "
+            "NVIDIA recommends the open ones for these)",
+            fix,
+        )
+    return None
 
 
 def _flavour(module_flavour: str, open_required: bool) -> str:
@@ -444,10 +484,11 @@ def run_preflight(
     advice: SshAdvice | None = None,
     on_answer: AnswerCallback | None = None,
     driver_install: bool = True,
+    modules_from_model: bool = True,
 ) -> list[NodeReport]:
     """Probe the nodes (all, or those named in ``only``); the controller is always probed for clock skew.
 
-    ``driver_install``: the spec's nvidia.driver.install (see judge).
+    ``driver_install``, ``modules_from_model``: from the spec's nvidia.driver (see judge).
 
     ``advice``: what the hint for a failed SSH login may say about this directory.
     ``on_answer(report, answered, total)``: called as each of the chosen nodes answers (or
@@ -479,7 +520,16 @@ def run_preflight(
             report.clock = float((sections.get("time") or ["nan"])[0])
         except ValueError:
             report.clock = None
-        report.checks.extend(judge(node, sections, admin_user, min_disk_gb, driver_install=driver_install))
+        report.checks.extend(
+            judge(
+                node,
+                sections,
+                admin_user,
+                min_disk_gb,
+                driver_install=driver_install,
+                modules_from_model=modules_from_model,
+            )
+        )
         return report
 
     controller = topology.controller
@@ -575,6 +625,7 @@ def preflight_spec(
         advice=SshAdvice.beside(spec_path),
         on_answer=on_answer,
         driver_install=loaded.spec.nvidia.driver.install,
+        modules_from_model=loaded.spec.nvidia.driver.kernel_modules == "auto",
         # First contact with a real node: its host key is learned (accept-new, as Ansible does).
         connector=lambda target: connect(target, accept_new=True),
     )
