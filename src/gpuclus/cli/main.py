@@ -19,6 +19,7 @@ from typer._click import exceptions as click_errors
 from gpuclus import __version__
 from gpuclus.cli import completion
 from gpuclus.cli import deploy as deploy_cli
+from gpuclus.cli import image as image_cli
 from gpuclus.cli import init as init_cli
 from gpuclus.cli import plan as plan_cli
 from gpuclus.cli import preflight as preflight_cli
@@ -78,6 +79,7 @@ app.command("plan", epilog=EPILOG)(plan_cli.plan)
 app.command("deploy", epilog=EPILOG)(deploy_cli.deploy)
 app.add_typer(runs_cli.runs_app, name="runs")
 app.command("validate", epilog=EPILOG)(validate_cli.validate)
+app.add_typer(image_cli.app, name="image")
 
 
 def main(argv: list[str] | None = None) -> int:
