@@ -32,7 +32,7 @@ pytest
 # Each role alone on sandbox nodes (munge, slurm, nfs, prometheus; nvidia:
 # Debian's real driver packages on a node where no module can load), then the
 # 3-node cluster with every phase: converge, idempotence, verify each time.
-for scenario in munge slurm nfs prometheus nvidia cluster; do
+for scenario in munge slurm nfs prometheus nvidia enroot cluster; do
   step "molecule $scenario (converge, idempotence, verify)"
   molecule test -s "$scenario"
 done
