@@ -119,7 +119,7 @@ def test_podman_never_names_the_cgroup_tree() -> None:
 def test_podman_run_node_is_privileged_systemd_without_engine_hosts() -> None:
     argv = PODMAN.run_node(NODE)
     assert argv[:2] == ["/usr/bin/podman", "run"]
-    for flag in ("--privileged", "--systemd=always", "--no-hosts"):
+    for flag in ("--privileged", "--systemd=always", "--no-hosts", "--cgroupns=private"):
         assert flag in argv
     assert "--runtime" not in argv
     # podman runs systemd's init itself: no docker-only workarounds.

@@ -96,7 +96,12 @@ class Engine:
         if self.kind == "podman":
             # --no-hosts: the node's /etc/hosts is a plain file that gpuclus and
             # Ansible can rewrite, not a bind mount the engine owns.
-            argv += ["--privileged", "--systemd=always", "--no-hosts", "--log-driver", "k8s-file"]
+            # --cgroupns=private: without it a v1/hybrid host shows the node its
+            # name=systemd hierarchy twice on /sys/fs/cgroup/systemd (its own
+            # subtree, then the whole tree over it), and enroot's cgroup hook,
+            # which reads the first mount, cannot find a process's cgroup
+            # outside the node's root one (an SSH session, slurmstepd).
+            argv += ["--privileged", "--systemd=always", "--cgroupns=private", "--no-hosts", "--log-driver", "k8s-file"]
         else:
             argv += [
                 "--cap-add=ALL",
