@@ -105,3 +105,17 @@ def role_os_variables(role: str, os_vars: str, facts: dict[str, Any], extra: dic
 def role_templar(role: str, os_vars: str, facts: dict[str, Any], **extra: Any) -> Templar:
     """A Templar over role_os_variables: ``templar.template(trust_as_template('{{ name }}'))`` renders a var."""
     return Templar(loader=DataLoader(), variables=role_os_variables(role, os_vars, facts, extra))
+
+
+def first_found_vars_file(role: str, t: Templar) -> str:
+    """The vars file a role's tasks/main.yml picks with first_found, for the facts in ``t``.
+
+    Reads the candidates from the role's own include_vars task (the one whose
+    vars hold ``__<role>_vars_files``), so a test compares with what the role
+    really asks for, not with a copy of its list.
+    """
+    tasks = DataLoader().load_from_file(str(ROLES / role / "tasks" / "main.yml"))
+    include = next(task for task in tasks if "ansible.builtin.include_vars" in task)
+    candidates = include["vars"][f"__{role}_vars_files"]["files"]
+    rendered = [str(t.template(trust_as_template(name))) for name in candidates]
+    return next(name for name in rendered if (ROLES / role / "vars" / name).exists())

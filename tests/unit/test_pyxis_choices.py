@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from ansible.template import Templar, trust_as_template
-from role_templates import ROLES, role_templar
+from role_templates import ROLES, first_found_vars_file, role_templar
 from test_nvidia_driver_choices import OSES, value
 
 ROLE = "pyxis"
@@ -78,13 +78,8 @@ def templar(os_name: str, **inputs: Any) -> Templar:
 
 
 def test_vars_files_are_the_ones_first_found_picks() -> None:
-    tasks = yaml.safe_load((ROLES / ROLE / "tasks" / "main.yml").read_text())
-    include = next(task for task in tasks if "ansible.builtin.include_vars" in task)
-    candidates = include["vars"]["__pyxis_vars_files"]["files"]
     for os_name, expected in VARS_FILES.items():
-        t = templar(os_name)
-        rendered = [str(t.template(trust_as_template(name))) for name in candidates]
-        assert next(name for name in rendered if (ROLES / ROLE / "vars" / name).exists()) == expected, os_name
+        assert first_found_vars_file(ROLE, templar(os_name)) == expected, os_name
 
 
 # Per OS: which Slurm, which development package, where the plugin goes ------------------
