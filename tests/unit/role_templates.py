@@ -119,3 +119,15 @@ def first_found_vars_file(role: str, t: Templar) -> str:
     candidates = include["vars"][f"__{role}_vars_files"]["files"]
     rendered = [str(t.template(trust_as_template(name))) for name in candidates]
     return next(name for name in rendered if (ROLES / role / "vars" / name).exists())
+
+
+def first_refusal(t: Templar, asserts: list[dict[str, Any]]) -> list[str]:
+    """The fail_msg of the first of these preflight assert tasks that fails for ``t`` (Ansible stops
+    there), whitespace folded; [] when all pass. A task whose ``when`` is false is skipped."""
+    for task in asserts:
+        check = task["ansible.builtin.assert"]
+        if "when" in task and not t.evaluate_conditional(trust_as_template(str(task["when"]))):
+            continue
+        if not all(t.evaluate_conditional(trust_as_template(str(condition))) for condition in check["that"]):
+            return [" ".join(str(t.template(trust_as_template(check["fail_msg"]))).split())]
+    return []

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 from ansible.template import Templar, trust_as_template
-from role_templates import ROLES, first_found_vars_file, role_templar
+from role_templates import ROLES, first_found_vars_file, first_refusal, role_templar
 from test_nvidia_driver_choices import OSES, value
 
 ROLE = "cuda_toolkit"
@@ -212,17 +212,14 @@ def test_a_driver_in_the_package_list_is_refused() -> None:
 
 def preflight_asserts() -> list[dict[str, Any]]:
     tasks = yaml.safe_load((ROLES / ROLE / "tasks" / "preflight.yml").read_text())
-    return [task["ansible.builtin.assert"] for task in tasks if "ansible.builtin.assert" in task]
+    return [task for task in tasks if "ansible.builtin.assert" in task]
 
 
 def refusals(os_name: str, **inputs: Any) -> list[str]:
     """The fail_msg of the first preflight assert that fails (Ansible stops there); the probe's answer
     defaults to a node where everything is missing and the driver's libraries are installed."""
     t = templar(os_name, **{"__cuda_toolkit_probe": probe(["cuda-keyring", "nvidia-cuda-toolkit"]), **inputs})
-    for check in preflight_asserts():
-        if not all(t.evaluate_conditional(trust_as_template(str(condition))) for condition in check["that"]):
-            return [" ".join(str(t.template(trust_as_template(check["fail_msg"]))).split())]
-    return []
+    return first_refusal(t, preflight_asserts())
 
 
 @pytest.mark.parametrize("os_name", list(OSES))

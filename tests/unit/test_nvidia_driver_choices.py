@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from ansible.template import Templar, trust_as_template
-from role_templates import ROLES, role_templar
+from role_templates import ROLES, first_refusal, role_templar
 
 ROLE = "nvidia_driver"
 
@@ -388,16 +388,12 @@ def preflight_asserts(after_probe: bool = False) -> list[dict[str, Any]]:
     tasks = yaml.safe_load((ROLES / ROLE / "tasks" / "preflight.yml").read_text())
     probe_at = next(index for index, task in enumerate(tasks) if "node_probe" in task)
     chosen = tasks[probe_at + 1 :] if after_probe else tasks[:probe_at]
-    return [task["ansible.builtin.assert"] for task in chosen if "ansible.builtin.assert" in task]
+    return [task for task in chosen if "ansible.builtin.assert" in task]
 
 
 def refusals(os_name: str, after_probe: bool = False, **inputs: Any) -> list[str]:
     """The fail_msg of the first preflight assert that fails for these inputs (Ansible stops there)."""
-    t = templar(os_name, **inputs)
-    for check in preflight_asserts(after_probe):
-        if not all(t.evaluate_conditional(trust_as_template(str(condition))) for condition in check["that"]):
-            return [" ".join(str(t.template(trust_as_template(check["fail_msg"]))).split())]
-    return []
+    return first_refusal(templar(os_name, **inputs), preflight_asserts(after_probe))
 
 
 def test_debian12_distro_source_is_535_only() -> None:

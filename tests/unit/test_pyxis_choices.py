@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from ansible.template import Templar, trust_as_template
-from role_templates import ROLES, first_found_vars_file, role_templar
+from role_templates import ROLES, first_found_vars_file, first_refusal, role_templar
 from test_nvidia_driver_choices import OSES, value
 
 ROLE = "pyxis"
@@ -231,15 +231,7 @@ def refusals(os_name: str, **inputs: Any) -> list[str]:
     """The fail_msg of the first preflight assert that fails (Ansible stops there)."""
     tasks = yaml.safe_load((ROLES / ROLE / "tasks" / "preflight.yml").read_text())
     t = templar(os_name, **{"__pyxis_probe": CONVERGED, **inputs})
-    for task in tasks:
-        check = task.get("ansible.builtin.assert")
-        if check is None:
-            continue
-        if "when" in task and not t.evaluate_conditional(trust_as_template(str(task["when"]))):
-            continue
-        if not all(t.evaluate_conditional(trust_as_template(str(condition))) for condition in check["that"]):
-            return [" ".join(str(t.template(trust_as_template(check["fail_msg"]))).split())]
-    return []
+    return first_refusal(t, [task for task in tasks if "ansible.builtin.assert" in task])
 
 
 @pytest.mark.parametrize("os_name", list(OSES))
