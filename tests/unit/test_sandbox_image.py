@@ -97,6 +97,13 @@ def test_digest_changes_with_every_input(change: dict[str, object]) -> None:
     assert changed.tag != RECIPE.tag
 
 
+def test_the_image_carries_mksquashfs_and_a_new_tag_with_it() -> None:
+    """Compute nodes build their test image with mksquashfs; nodes from an image without it get a new tag."""
+    assert "squashfs-tools" in PACKAGES
+    before = dataclasses.replace(RECIPE, packages=tuple(p for p in PACKAGES if p != "squashfs-tools"))
+    assert before.tag != RECIPE.tag
+
+
 def test_tag_format() -> None:
     assert IMAGE_REPOSITORY == "localhost/gpuclus-node"
     assert re.fullmatch(r"localhost/gpuclus-node:[0-9a-f]{12}", RECIPE.tag)

@@ -46,6 +46,9 @@ PACKAGES = (
     "ca-certificates",
     "procps",
     "gnupg",
+    # mksquashfs: each compute node builds the sandbox's test image with it
+    # (nodes.py), and Enroot needs it to import images.
+    "squashfs-tools",
 )
 # Units that make no sense in a container sharing the host's kernel and
 # clock, or that would only slow boot down.
