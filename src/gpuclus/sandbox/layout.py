@@ -19,6 +19,9 @@ FIRST_HOST = 10  # head is .10, compute nodes .11 onwards
 MAX_NODES = 32
 MAX_GPUS = 8
 NFS_VOLUME_MOUNT = "/srv/nfs"
+# The squashfs image every compute node builds for itself at setup (nodes.py):
+# what `srun --container-image` and `gpuclus validate` run with Pyxis.
+TEST_IMAGE = "/var/lib/gpuclus-sandbox/images/test.sqsh"
 # Longest cluster name that keeps "<name>-gpu32" a valid 63-character host name.
 MAX_CLUSTER_NAME = 40
 
@@ -109,7 +112,8 @@ def pick_subnet(requested: str | None, taken: Iterable[ipaddress.IPv4Network | i
     raise UsageError(f"no free /24 left in {SUBNET_POOL}", "pass --subnet with a free network")
 
 
-def sandbox_spec_text(layout: SandboxLayout) -> str:
+def sandbox_spec_text(layout: SandboxLayout, artifacts_dir: str | None = None) -> str:
+    """The spec for these nodes; with ``artifacts_dir`` (an absolute path on this host) Enroot and Pyxis are on."""
     from gpuclus.templating import render_template
 
     compute = [node for node in layout.nodes if not node.controller]
@@ -120,6 +124,8 @@ def sandbox_spec_text(layout: SandboxLayout) -> str:
         compute_name=_range(layout.cluster + "-gpu", len(compute)),
         compute_address=_address_range([node.address for node in compute]),
         nfs_path=f"{NFS_VOLUME_MOUNT}/shared",
+        artifacts_dir=artifacts_dir,
+        test_image=TEST_IMAGE,
     )
 
 

@@ -1,7 +1,8 @@
 """The sandbox's node containers: run them, wait for systemd, set them up, check them over SSH, remove them.
 
 Setting a node up writes its /etc/hosts, its fake GPU device nodes and
-gpuclus' public key for the admin user, and reads back its SSH host key.
+gpuclus' public key for the admin user, builds the test image on compute
+nodes, and reads back its SSH host key.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from gpuclus.sandbox.engine import OWNER_LABEL, Engine, NodeContainer, SandboxError
 from gpuclus.sandbox.image import ADMIN_USER, FAKE_GPU_CONFIG
-from gpuclus.sandbox.layout import NFS_VOLUME_MOUNT, SandboxLayout, SandboxNode
+from gpuclus.sandbox.layout import NFS_VOLUME_MOUNT, TEST_IMAGE, SandboxLayout, SandboxNode
 from gpuclus.ssh.client import SshFailure, SshTarget, run_once
 from gpuclus.state import StateDir
 
@@ -112,8 +113,60 @@ def logs_hint(engine: Engine) -> str:
     return f"`{engine.kind} logs NODE` shows why"
 
 
+# What the test image holds: the node's own binaries of these tools (sh is
+# /bin/sh), each with the shared libraries ldd names for it, at their paths.
+TEST_IMAGE_TOOLS = ("cat", "id", "ls", "grep", "head")
+TEST_IMAGE_OS_RELEASE = 'NAME="gpuclus sandbox test image"\nID=gpuclus-test\nVERSION_ID=1\n'
+
+
+def pyxis_image_script(path: str = TEST_IMAGE) -> str:
+    """Shell that builds the tiny squashfs test image at ``path`` unless it is there; prints nothing on stdout.
+
+    It lives on each compute node's local disk, not on the NFS export: the
+    sandbox's compute nodes do not mount the export, since the kernel their
+    containers share has no NFS client (see roles/nfs_client and
+    validate/checks/storage.py), so a file there would not be seen by Pyxis.
+    """
+    directory, name = path.rsplit("/", 1)
+    tools = " ".join(TEST_IMAGE_TOOLS)
+    return f"""# The test image for `srun --container-image` (Pyxis) and `gpuclus validate`,
+# on this node's own disk: the sandbox's compute nodes do not mount the NFS
+# export (their kernel has no NFS client), so each node builds its own.
+if [ ! -e {shlex.quote(path)} ]; then
+  if ! command -v mksquashfs >/dev/null 2>&1; then
+    echo "error: mksquashfs is not installed on $(uname -n), whose node image predates the sandbox's test image:" \\
+      "run \\`gpuclus sandbox down\\` and \\`gpuclus sandbox up\\` to remake the nodes" >&2
+    exit 1
+  fi
+  (
+    root=$(mktemp -d)
+    trap 'rm -rf "$root"' EXIT
+    for binary in /bin/sh $(for tool in {tools}; do command -v "$tool"; done); do
+      cp -L --parents "$binary" "$root"
+      for library in $(ldd "$binary" | grep -o '/[^ ]*'); do
+        [ -e "$root$library" ] || cp -L --parents "$library" "$root"
+      done
+    done
+    mkdir -p "$root/etc" "$root/root" "$root/proc" "$root/sys" "$root/dev" "$root/tmp"
+    chmod 1777 "$root/tmp"
+    echo 'root:x:0:0:root:/root:/bin/sh' > "$root/etc/passwd"
+    echo 'root:x:0:' > "$root/etc/group"
+    printf '{TEST_IMAGE_OS_RELEASE}' > "$root/etc/os-release"
+    install -d -m 0755 {shlex.quote(directory)}
+    partial={shlex.quote(directory)}/.{name}.partial
+    mksquashfs "$root" "$partial" -noappend -quiet -all-root -no-xattrs >&2
+    chmod 0644 "$partial"
+    mv -f "$partial" {shlex.quote(path)}
+  )
+fi
+"""
+
+
 def node_setup_script(layout: SandboxLayout, node: SandboxNode, public_key: str) -> str:
-    """The shell script that sets a booted node up; its last line of output is the node's SSH host key."""
+    """The shell script that sets a booted node up; its last line of output is the node's SSH host key.
+
+    Compute nodes (in a 1-node sandbox, the head) also build the test image.
+    """
     hosts = "\n".join(
         ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
         + [f"{other.address} {other.name}" for other in layout.nodes]
@@ -124,6 +177,7 @@ def node_setup_script(layout: SandboxLayout, node: SandboxNode, public_key: str)
         if node.gpus
         else f"rm -f {FAKE_GPU_CONFIG}"
     )
+    test_image = pyxis_image_script() if node in layout.compute else ""
     return f"""set -eu
 # /etc/hosts is a plain file in the node (--no-hosts): write it in place,
 # unless a deploy's base role already manages it (a restarted node).
@@ -138,7 +192,7 @@ touch {home}/.ssh/authorized_keys
 grep -qxF "$key" {home}/.ssh/authorized_keys || printf '%s\\n' "$key" >> {home}/.ssh/authorized_keys
 chown {ADMIN_USER}:{ADMIN_USER} {home}/.ssh/authorized_keys
 chmod 600 {home}/.ssh/authorized_keys
-cut -d' ' -f1,2 /etc/ssh/ssh_host_ed25519_key.pub
+{test_image}cut -d' ' -f1,2 /etc/ssh/ssh_host_ed25519_key.pub
 """
 
 
