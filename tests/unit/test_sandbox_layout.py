@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 
 import pytest
+import yaml
 
 from gpuclus.errors import UsageError
 from gpuclus.sandbox.layout import (
     NFS_VOLUME_MOUNT,
+    TEST_IMAGE,
     SandboxLayout,
     network_name,
     pick_subnet,
@@ -182,3 +185,50 @@ def test_sandbox_spec_is_valid_and_matches_the_layout(count: int, gpus: int) -> 
 def test_sandbox_spec_is_deterministic() -> None:
     layout = sandbox_layout("lab", 3, 2, "10.213.7.0/24")
     assert sandbox_spec_text(layout) == sandbox_spec_text(sandbox_layout("lab", 3, 2, "10.213.7.0/24"))
+
+
+# The containers section ---------------------------------------------------------------------
+
+
+def containers_section(text: str) -> dict[str, object]:
+    section = yaml.safe_load(text)["containers"]
+    assert isinstance(section, dict)
+    return section
+
+
+def test_sandbox_spec_without_artifacts_keeps_containers_off_and_says_how_to_turn_them_on() -> None:
+    text = sandbox_spec_text(sandbox_layout("lab", 3, 2, "10.213.7.0/24"))
+    assert containers_section(text) == {"enroot": False, "pyxis": False}
+    assert "`gpuclus sandbox up --artifacts DIR`" in text
+    assert "enroot-<v>-src.tar.gz and pyxis-<v>-src.tar.gz" in text
+    assert TEST_IMAGE not in text
+    loaded = load_spec_text(text, "sandbox.yaml")
+    assert loaded.ok and loaded.spec is not None
+    assert (loaded.spec.containers.enroot, loaded.spec.containers.pyxis) == (False, False)
+
+
+@pytest.mark.parametrize("directory", ["/work/shared/artifacts", "/srv/with space/art: ifacts #1", "/srv/'quoted'"])
+def test_sandbox_spec_with_artifacts_turns_containers_on(directory: str) -> None:
+    text = sandbox_spec_text(sandbox_layout("lab", 3, 2, "10.213.7.0/24"), directory)
+    assert containers_section(text) == {
+        "enroot": True,
+        "pyxis": True,
+        "artifacts_dir": directory,
+        "validate_image": "/var/lib/gpuclus-sandbox/images/test.sqsh",
+    }
+    assert TEST_IMAGE == "/var/lib/gpuclus-sandbox/images/test.sqsh"
+    assert "built on the nodes from the release sources in this" in text
+    assert "--artifacts" not in text
+
+
+@pytest.mark.xfail(strict=False, reason="containers fields land with the spec change")
+@pytest.mark.parametrize("count", [3, 1])
+def test_sandbox_spec_with_artifacts_passes_gpuclus_own_check(tmp_path: Path, count: int) -> None:
+    layout = sandbox_layout("lab", count, 2, "10.213.7.0/24")
+    loaded = load_spec_text(sandbox_spec_text(layout, str(tmp_path)), "sandbox.yaml")
+    assert loaded.ok, [f"{f.code}: {f.message}" for f in loaded.findings]
+    assert loaded.spec is not None
+    containers = loaded.spec.containers
+    assert (containers.enroot, containers.pyxis) == (True, True)
+    assert str(containers.artifacts_dir) == str(tmp_path)
+    assert str(containers.validate_image) == TEST_IMAGE

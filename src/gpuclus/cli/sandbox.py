@@ -69,6 +69,16 @@ def up(
             metavar="URL",
         ),
     ] = None,
+    artifacts: Annotated[
+        Path | None,
+        typer.Option(
+            "--artifacts",
+            help="Directory on this host with Enroot's and Pyxis' release sources (enroot-<v>-src.tar.gz, "
+            "pyxis-<v>-src.tar.gz): the spec then turns the containers phase on and builds them from there. "
+            "Default: containers off. A later `up` here must pass the same directory.",
+            metavar="DIR",
+        ),
+    ] = None,
     spec: SpecOption = DEFAULT_SPEC,
     json_mode: JsonOption = False,
 ) -> None:
@@ -81,8 +91,12 @@ def up(
     GPUCLUS_SANDBOX_MIRROR. It then starts the nodes as privileged
     systemd containers on a private network, installs gpuclus' SSH key for the
     admin user 'gpuclus', records each node's host key in gpuclus' known_hosts,
-    and checks that SSH and sudo work on every node. Running it again is a
-    no-op that reports the nodes; an interrupted run is completed by the next.
+    and checks that SSH and sudo work on every node. Each compute node gets a
+    tiny squashfs test image for Pyxis on its own disk, at
+    /var/lib/gpuclus-sandbox/images/test.sqsh; with --artifacts DIR the spec
+    turns Enroot and Pyxis on, built from the release sources in DIR.
+    Running it again is a no-op that reports the nodes; an interrupted run is
+    completed by the next.
 
     Needs root. Exit 0 when every node answers over SSH, 1 when a step failed,
     2 for bad options or a missing prerequisite.
@@ -101,6 +115,7 @@ def up(
             subnet=subnet,
             install=install,
             mirror=mirror,
+            artifacts=artifacts,
         )
         result = sandbox_up(options, lambda text: out.note(f"[dim]==>[/] {escape(text)}"))
         if json_mode:

@@ -78,6 +78,19 @@ class UpOptions:
     subnet: str | None
     install: bool
     mirror: str | None = None  # None: the host's own Debian mirror
+    # --artifacts: Enroot's and Pyxis' release sources on this host; None: containers off.
+    artifacts: Path | None = None
+
+
+def artifacts_directory(path: Path) -> str:
+    """``--artifacts PATH`` as the absolute directory the spec names; anything but a directory is refused."""
+    hint = "give the directory that holds enroot-<v>-src.tar.gz and pyxis-<v>-src.tar.gz"
+    absolute = path.expanduser().resolve()
+    if not absolute.exists():
+        raise UsageError(f"--artifacts {path}: no such directory", hint)
+    if not absolute.is_dir():
+        raise UsageError(f"--artifacts {path} is not a directory", hint)
+    return str(absolute)
 
 
 def _holds(path: Path, text: str) -> bool:
@@ -98,6 +111,7 @@ def up(options: UpOptions, say: Say) -> UpResult:
         pick_subnet(options.subnet, [])
     if options.mirror is not None:
         check_mirror(options.mirror)
+    artifacts = artifacts_directory(options.artifacts) if options.artifacts is not None else None
     # The spec is read back and rewritten below: a device or FIFO in its
     # place would hang the read or be replaced by a file.
     refuse_non_regular_target(options.spec_path)
@@ -135,6 +149,17 @@ def up(options: UpOptions, say: Say) -> UpResult:
                 f"{layout.gpus_per_node} GPUs each, on {layout.subnet}",
                 "run `gpuclus sandbox down` first to change its shape",
             )
+        # Like the shape: a re-up without --artifacts must not quietly turn
+        # the containers phase off in the spec it rewrites (nor turn it on).
+        if existing.artifacts_dir != artifacts:
+            held_with = (
+                f"with --artifacts {existing.artifacts_dir}" if existing.artifacts_dir else "without --artifacts"
+            )
+            raise SandboxError(
+                f"sandbox {layout.cluster!r} is already up {held_with}",
+                (f"pass --artifacts {existing.artifacts_dir} again, or run" if existing.artifacts_dir else "run")
+                + " `gpuclus sandbox down` first to change it",
+            )
     else:
         subnet = pick_subnet(options.subnet, taken_networks(engine, options.cluster))
         layout = sandbox_layout(options.cluster, options.nodes, options.gpus_per_node, subnet)
@@ -152,7 +177,7 @@ def up(options: UpOptions, say: Say) -> UpResult:
     # down (or completed) by name.
     write_text_atomic(
         record_path(state),
-        SandboxRecord(layout.cluster, engine.kind, layout.subnet, recipe.tag, layout.nodes).dumps(),
+        SandboxRecord(layout.cluster, engine.kind, layout.subnet, recipe.tag, layout.nodes, artifacts).dumps(),
     )
     changed = image_built | ensure_network(engine, layout, say, owner) | ensure_volume(engine, layout, owner)
     created = ensure_nodes(engine, layout, recipe.tag, say, owner)
@@ -174,7 +199,7 @@ def up(options: UpOptions, say: Say) -> UpResult:
         host_keys = configure_nodes(engine, layout, to_configure, public_key, notes)
         state.set_known_host_keys({node.address: [host_keys[node.name]] for node in to_configure})
 
-    spec_text = _spec_text(layout)
+    spec_text = _spec_text(layout, artifacts)
     if not _holds(options.spec_path, spec_text):
         write_text_atomic(options.spec_path, spec_text)
         changed = True
@@ -199,10 +224,10 @@ def up(options: UpOptions, say: Say) -> UpResult:
     )
 
 
-def _spec_text(layout: SandboxLayout) -> str:
+def _spec_text(layout: SandboxLayout, artifacts: str | None) -> str:
     from gpuclus.spec.load import load_spec_text
 
-    text = sandbox_spec_text(layout)
+    text = sandbox_spec_text(layout, artifacts)
     loaded = load_spec_text(text, "sandbox.yaml")
     if not loaded.ok:  # a bug in the template, never the user's doing
         problems = "; ".join(f"{f.code} {f.path}: {f.message}" for f in loaded.findings if f.severity.value == "error")

@@ -20,6 +20,9 @@ class SandboxRecord:
     subnet: str
     image: str
     nodes: tuple[SandboxNode, ...]
+    # `up --artifacts`: the directory Enroot and Pyxis are built from (None: containers off).
+    # A record written before this field existed has none.
+    artifacts_dir: str | None = None
 
     @property
     def layout(self) -> SandboxLayout:
@@ -34,7 +37,10 @@ class SandboxRecord:
         try:
             data = json.loads(path.read_text())
             nodes = tuple(SandboxNode(**node) for node in data["nodes"])
-            return cls(data["cluster"], data["engine"], data["subnet"], data["image"], nodes)
+            artifacts = data.get("artifacts_dir")
+            if artifacts is not None and not isinstance(artifacts, str):
+                raise TypeError(f"artifacts_dir is {artifacts!r}, not a path")
+            return cls(data["cluster"], data["engine"], data["subnet"], data["image"], nodes, artifacts)
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError) as exc:
