@@ -17,7 +17,22 @@ from gpuclus.state import StateDir
 CLUSTER = os.environ.get("GPUCLUS_TEST_CLUSTER", "itcl")
 HEAD, GPU1, GPU2 = f"{CLUSTER}-head", f"{CLUSTER}-gpu01", f"{CLUSTER}-gpu02"
 GPUCLUS = [sys.executable, "-m", "gpuclus"]
-SANDBOX_UP = ("sandbox", "up", "--name", CLUSTER, "--nodes", "3", "--gpus-per-node", "2")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _artifacts_dir() -> Path | None:
+    """Enroot's and Pyxis' release sources: GPUCLUS_ARTIFACTS_DIR, else <repo>/../shared/artifacts, if a directory."""
+    configured = os.environ.get("GPUCLUS_ARTIFACTS_DIR")
+    candidate = Path(configured) if configured else REPO_ROOT.parent / "shared" / "artifacts"
+    return candidate.resolve() if candidate.is_dir() else None
+
+
+# None: no artifacts directory; the sandbox's spec then has the containers
+# phase off, and tests that need Enroot or Pyxis skip with a reason.
+ARTIFACTS_DIR = _artifacts_dir()
+SANDBOX_UP = ("sandbox", "up", "--name", CLUSTER, "--nodes", "3", "--gpus-per-node", "2") + (
+    ("--artifacts", str(ARTIFACTS_DIR)) if ARTIFACTS_DIR is not None else ()
+)
 
 
 def gpuclus(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
