@@ -564,3 +564,17 @@ def test_up_with_artifacts_writes_a_spec_with_containers_on(
     again = invoke("up", "--name", "lab", "--artifacts", str(tmp_path / "artifacts"), "--spec", str(spec))
     assert again.exit_code == 0, again.output
     assert "already up, nothing to do" in again.stdout
+
+
+def test_up_checks_its_own_spec_before_starting_nodes(
+    tmp_path: Path, as_root: None, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spec gpuclus would refuse (a template bug, or a field the spec does not know yet) leaves nothing behind."""
+    monkeypatch.setattr(lifecycle, "sandbox_spec_text", lambda layout, artifacts=None: "apiVersion: gpuclus/v1\n")
+    spec = tmp_path / "sandbox.yaml"
+    result = invoke("up", "--spec", str(spec))
+    assert result.exit_code == 1, result.output
+    assert "internal error: the sandbox spec does not pass its own check" in result.stderr
+    assert not [call for call in fake.calls() if call[0] in {"run", "exec"} or call[1:2] == ["create"]]
+    assert not spec.exists()
+    assert not (tmp_path / ".gpuclus" / "sandbox.json").exists()

@@ -164,6 +164,9 @@ def up(options: UpOptions, say: Say) -> UpResult:
         subnet = pick_subnet(options.subnet, taken_networks(engine, options.cluster))
         layout = sandbox_layout(options.cluster, options.nodes, options.gpus_per_node, subnet)
 
+    # Checked before anything is built or started: a spec gpuclus itself
+    # would refuse must not leave nodes behind.
+    spec_text = _spec_text(layout, artifacts)
     image_built = False
     if not image_present(engine, recipe):
         hostprep.check_disk([Path("/var/tmp"), Path("/var/lib/containers"), state.root])
@@ -199,7 +202,6 @@ def up(options: UpOptions, say: Say) -> UpResult:
         host_keys = configure_nodes(engine, layout, to_configure, public_key, notes)
         state.set_known_host_keys({node.address: [host_keys[node.name]] for node in to_configure})
 
-    spec_text = _spec_text(layout, artifacts)
     if not _holds(options.spec_path, spec_text):
         write_text_atomic(options.spec_path, spec_text)
         changed = True
