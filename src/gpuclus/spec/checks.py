@@ -16,11 +16,18 @@ whatever the dropped entries say (two controllers among them are two too many).
 
 from __future__ import annotations
 
+import fnmatch
+import shlex
+import stat
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from gpuclus.fileio import FileTooLargeError, NotRegularFileError, read_regular_file
 from gpuclus.spec import hostlist
+from gpuclus.spec.credentials import MAX_BYTES as CREDENTIALS_MAX_BYTES
+from gpuclus.spec.credentials import credentials_problems
 from gpuclus.spec.findings import Finding, Loc, Severity, error, info, warning
 from gpuclus.spec.grammar import address_problem, full_match
 from gpuclus.spec.models import ClusterSpec, NodeEntry, Role
@@ -43,17 +50,26 @@ class SpecView:
     that read it are skipped), and a failed node entry is left out of
     ``entries``, ``spec.nodes`` and ``topology``. So ``spec.nodes`` is not
     indexed like the file: checks use ``entries`` (index, entry) instead.
+
+    ``spec_dir`` is the directory of the spec file: the paths the spec names
+    on the machine running gpuclus (containers.artifacts_dir, ...) are
+    relative to it.
     """
 
     spec: ClusterSpec
     topology: Topology
     entries: tuple[tuple[int, NodeEntry], ...]
     unsound: frozenset[Loc] = field(default_factory=frozenset)
+    spec_dir: Path = field(default_factory=Path)
 
     @classmethod
-    def whole(cls, spec: ClusterSpec, topology: Topology) -> SpecView:
+    def whole(cls, spec: ClusterSpec, topology: Topology, spec_dir: Path | None = None) -> SpecView:
         """A spec that passed the schema and whose every entry expanded."""
-        return cls(spec, topology, tuple(enumerate(spec.nodes)))
+        return cls(spec, topology, tuple(enumerate(spec.nodes)), spec_dir=spec_dir or Path())
+
+    def control_path(self, value: str) -> Path:
+        """A path the spec names on the machine running gpuclus: absolute, or relative to the spec's directory."""
+        return self.spec_dir / value
 
     def is_whole(self, part: Loc) -> bool:
         """True when nothing in ``part`` (nor anything holding it) failed."""
@@ -498,6 +514,193 @@ def containers(view: SpecView) -> list[Finding]:
     return []
 
 
+def _containers(*keys: str) -> tuple[Loc, ...]:
+    return tuple(("containers", key) for key in keys)
+
+
+def _shown(path: Path) -> str:
+    # The hint names the directory a relative path ended up at, which is what the admin has to check.
+    return str(path.absolute())
+
+
+@_check(*_containers("artifacts_dir"))
+def artifacts_dir_missing(view: SpecView) -> list[Finding]:
+    value = view.spec.containers.artifacts_dir
+    if value is None:
+        return []
+    path = view.control_path(value)
+    if path.is_dir():
+        return []
+    what = "does not exist" if not path.exists() else "is not a directory"
+    return [
+        error(
+            "artifacts-dir-missing",
+            f"containers.artifacts_dir {value!r} {what}",
+            ("containers", "artifacts_dir"),
+            hint=f"it resolves to {_shown(path)} (a relative path is relative to the spec's directory); "
+            "create it with Enroot's and Pyxis' release files, or fix the path",
+        )
+    ]
+
+
+def expected_artifacts(enroot_version: str, pyxis_version: str) -> dict[str, tuple[str, ...]]:
+    """The file name patterns (fnmatch) artifacts_dir must hold one of, per component."""
+    return {
+        "enroot": (
+            f"enroot-{enroot_version}-src.tar.gz",
+            f"enroot_{enroot_version}-1_*.deb",
+            f"enroot-{enroot_version}-1.el8.*.rpm",
+        ),
+        "pyxis": (f"pyxis-{pyxis_version}-src.tar.gz",),
+    }
+
+
+@_check(*_containers("artifacts_dir", "enroot", "pyxis", "enroot_version", "pyxis_version"))
+def artifacts_incomplete(view: SpecView) -> list[Finding]:
+    containers = view.spec.containers
+    if containers.artifacts_dir is None:
+        return []
+    path = view.control_path(containers.artifacts_dir)
+    if not path.is_dir():
+        return []  # artifacts-dir-missing
+    try:
+        names = sorted(entry.name for entry in path.iterdir())
+    except OSError as exc:
+        return [
+            error(
+                "artifacts-incomplete",
+                f"containers.artifacts_dir {containers.artifacts_dir!r} cannot be read ({exc.strerror})",
+                ("containers", "artifacts_dir"),
+                hint=f"let the user running gpuclus read {_shown(path)}",
+            )
+        ]
+    wanted = {"enroot": containers.enroot, "pyxis": containers.pyxis}
+    missing: list[str] = []
+    for component, patterns in expected_artifacts(containers.enroot_version, containers.pyxis_version).items():
+        if wanted[component] and not any(fnmatch.fnmatchcase(name, pattern) for name in names for pattern in patterns):
+            missing.append(" or ".join(patterns))
+    if not missing:
+        return []
+    return [
+        error(
+            "artifacts-incomplete",
+            f"containers.artifacts_dir holds no {'; and no '.join(missing)}",
+            ("containers", "artifacts_dir"),
+            hint=f"put the release files in {_shown(path)} (enroot_<v>-1_<arch>.deb from "
+            "github.com/NVIDIA/enroot/releases, pyxis-<v>-src.tar.gz as github.com/NVIDIA/pyxis tags it), "
+            "or change enroot_version / pyxis_version to the ones it holds",
+        )
+    ]
+
+
+@_check(*_containers("credentials_file"))
+def credentials_file(view: SpecView) -> list[Finding]:
+    value = view.spec.containers.credentials_file
+    if value is None:
+        return []
+    loc: Loc = ("containers", "credentials_file")
+    path = view.control_path(value)
+    quoted = shlex.quote(_shown(path))
+    try:
+        mode = path.stat().st_mode
+        data = read_regular_file(path, CREDENTIALS_MAX_BYTES)
+    except FileNotFoundError:
+        return [
+            error(
+                "credentials-file-missing",
+                f"containers.credentials_file {value!r} does not exist",
+                loc,
+                hint=f"it resolves to {_shown(path)} (a relative path is relative to the spec's directory)",
+            )
+        ]
+    except NotRegularFileError as exc:
+        return [
+            error(
+                "credentials-file-missing",
+                f"containers.credentials_file {value!r} is {exc.kind}, not a file",
+                loc,
+                hint=f"it resolves to {_shown(path)}; name the credentials file itself",
+            )
+        ]
+    except FileTooLargeError:
+        return [
+            error(
+                "credentials-file-grammar",
+                f"containers.credentials_file holds more than {CREDENTIALS_MAX_BYTES // 1024} KiB, "
+                "far more than a list of registries",
+                loc,
+                hint="name Enroot's credentials file, one `machine HOST login USER password PASSWORD` line each",
+            )
+        ]
+    except OSError as exc:
+        return [
+            error(
+                "credentials-file-missing",
+                f"containers.credentials_file {value!r} cannot be read ({exc.strerror})",
+                loc,
+                hint=f"let the user running gpuclus read {_shown(path)}, and no one else",
+            )
+        ]
+    findings: list[Finding] = []
+    if stat.S_IMODE(mode) & 0o077:
+        findings.append(
+            error(
+                "credentials-file-open",
+                f"containers.credentials_file can be read or written by other users (mode "
+                f"{stat.S_IMODE(mode):04o}); it holds registry passwords",
+                loc,
+                hint=f"chmod 600 {quoted}",
+            )
+        )
+    # Only line numbers and word counts: every token of the file is a secret or names one.
+    problems = credentials_problems(data)
+    shown = problems[:MAX_CREDENTIAL_PROBLEMS]
+    for number, problem in shown:
+        where = f"line {number}: " if number else ""
+        findings.append(
+            error(
+                "credentials-file-grammar",
+                f"containers.credentials_file {where}{problem}",
+                loc,
+                hint="each line is `machine HOST login USER password PASSWORD` (Enroot's format), "
+                "a '#' comment, or blank",
+            )
+        )
+    if len(problems) > len(shown):
+        findings.append(
+            error(
+                "credentials-file-grammar",
+                f"containers.credentials_file has {len(problems) - len(shown)} more line(s) Enroot cannot read",
+                loc,
+                hint="fix the lines above first",
+            )
+        )
+    return findings
+
+
+# A credentials file of nothing but bad lines gives this many findings, then one that counts the rest.
+MAX_CREDENTIAL_PROBLEMS = 10
+
+
+@_check(*_containers("enroot", "pyxis", "artifacts_dir", "checksums", "allow_unverified_downloads"))
+def downloads_unverified(view: SpecView) -> list[Finding]:
+    containers = view.spec.containers
+    if not (containers.enroot or containers.pyxis):
+        return []
+    if containers.artifacts_dir is not None or containers.checksums or containers.allow_unverified_downloads:
+        return []
+    return [
+        error(
+            "downloads-unverified",
+            "containers: without artifacts_dir, each node downloads Enroot and Pyxis from GitHub, "
+            "and no checksum is given",
+            ("containers",),
+            hint="set containers.artifacts_dir (offline), add containers.checksums, or "
+            "containers.allow_unverified_downloads: true",
+        )
+    ]
+
+
 @_check(NODES)
 def no_gpu_nodes(view: SpecView) -> list[Finding]:
     if view.topology.gpu_nodes:
@@ -603,6 +806,12 @@ CODES: dict[str, tuple[Severity, str]] = {
     ),
     "monitoring-node-multiple": (Severity.ERROR, "more than one monitoring node"),
     "pyxis-without-enroot": (Severity.ERROR, "Pyxis without Enroot"),
+    "artifacts-dir-missing": (Severity.ERROR, "containers.artifacts_dir is not a directory"),
+    "artifacts-incomplete": (Severity.ERROR, "containers.artifacts_dir lacks Enroot's or Pyxis' release files"),
+    "credentials-file-missing": (Severity.ERROR, "containers.credentials_file cannot be read"),
+    "credentials-file-open": (Severity.ERROR, "containers.credentials_file is readable by other users"),
+    "credentials-file-grammar": (Severity.ERROR, "a line of containers.credentials_file Enroot cannot read"),
+    "downloads-unverified": (Severity.ERROR, "Enroot and Pyxis downloaded without checksums"),
     "grafana-not-shipped": (Severity.WARNING, "Grafana asked for; this version does not install it"),
     "no-gpu-nodes": (Severity.INFO, "no node declares GPUs"),
     "fake-gpus-with-driver": (Severity.WARNING, "driver install on nodes with fake GPUs"),

@@ -112,7 +112,13 @@ def validate_document(document: SpecDocument) -> LoadedSpec:
         # An entry whose hostlists do not expand is left out of the topology:
         # checks that count nodes must not take its hosts for missing ones.
         unsound.update(finding.loc[:2] for finding in expansion_findings)
-        view = SpecView(parts, topology, tuple(zip(indexes, parts.nodes, strict=True)), frozenset(unsound))
+        view = SpecView(
+            parts,
+            topology,
+            tuple(zip(indexes, parts.nodes, strict=True)),
+            frozenset(unsound),
+            spec_dir=Path(document.path).parent,
+        )
         findings.extend(run_checks(view))
         result.skipped_checks = skipped_checks(view)
         if spec is not None:
@@ -222,6 +228,10 @@ _RANGE_WORDS = {
 
 def _schema_finding(detail: ErrorDetails) -> Finding:
     loc: Loc = tuple(detail["loc"])
+    # pydantic names a mapping's refused key (containers.checksums) by the key
+    # and then "[key]"; the key alone is where it is written.
+    if loc[-1:] == ("[key]",):
+        loc = loc[:-1]
     kind = detail["type"]
     context = detail.get("ctx") or {}
     value = detail.get("input")
@@ -297,14 +307,13 @@ def _first_model(annotation: Any) -> type[BaseModel] | None:
 
 
 def _field_description(loc: Loc) -> str | None:
-    name = next((part for part in reversed(loc) if isinstance(part, str)), None)
-    keys = [part for part in loc if isinstance(part, str)]
-    model = _model_at(tuple(keys))
-    if model is None or name is None:
-        return None
-    for field_name, info in model.model_fields.items():
-        if name in (field_name, info.alias):
-            return info.description
+    """The description of the field ``loc`` lies in; a mapping's entry (checksums.<file>) takes its field's."""
+    keys = tuple(part for part in loc if isinstance(part, str))
+    for end in range(len(keys), 0, -1):
+        model = _model_at(keys[:end])
+        for field_name, info in (model.model_fields if model is not None else {}).items():
+            if keys[end - 1] in (field_name, info.alias):
+                return info.description
     return None
 
 

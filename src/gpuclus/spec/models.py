@@ -9,6 +9,7 @@ docs/spec.md, so keep them written for a cluster admin.
 from __future__ import annotations
 
 import enum
+import unicodedata
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
@@ -67,6 +68,18 @@ PARTITION_PATTERN = r"^[A-Za-z0-9_-]{1,40}$"
 MAX_TIME_PATTERN = r"^(UNLIMITED|INFINITE|\d{1,7}|\d{1,5}-\d{1,2}(:\d{1,2}){0,2}|\d{1,6}(:\d{1,2}){1,2})$"
 VERSION_PATTERN = r"^\d+\.\d+(\.\d+)?([-.][0-9A-Za-z.+~-]+)?$"
 
+# Enroot's and Pyxis' release files, by the names NVIDIA publishes them under:
+# the packages (enroot and enroot+caps, .deb per dpkg arch, .rpm per uname -m)
+# and the source tarballs.
+RELEASE_VERSION_PATTERN = r"^\d+\.\d+\.\d+$"
+_RELEASE_VERSION = r"\d+\.\d+\.\d+"
+RELEASE_FILE_PATTERN = (
+    rf"^(enroot(\+caps)?_{_RELEASE_VERSION}-1_(amd64|arm64)\.deb"
+    rf"|enroot(\+caps)?-{_RELEASE_VERSION}-1\.el8\.(x86_64|aarch64)\.rpm"
+    rf"|(enroot|pyxis)-{_RELEASE_VERSION}-src\.tar\.gz)$"
+)
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+
 # What each pattern means, for error messages a person can act on.
 PATTERN_RULES = {
     NODE_NAME_PATTERN: "is not a plain lower-case host name",
@@ -80,6 +93,10 @@ PATTERN_RULES = {
     VERSION_PATTERN: "is not a version like 22.05.8",
     r"^\d{3}$": "is not a driver branch like 550",
     r"^\d+\.\d+$": "is not a version like 12.4",
+    RELEASE_VERSION_PATTERN: "is not a release version like 4.1.2 (major.minor.patch)",
+    RELEASE_FILE_PATTERN: "is not the name of an Enroot or Pyxis release file (enroot_<v>-1_amd64.deb, "
+    "enroot-<v>-1.el8.x86_64.rpm, enroot-<v>-src.tar.gz, pyxis-<v>-src.tar.gz, ...)",
+    SHA256_PATTERN: "is not a sha256 (64 lower-case hex digits, as sha256sum prints it)",
 }
 
 
@@ -276,9 +293,120 @@ class Nvidia(_Model):
     )
 
 
+# Longer than any path a file system takes; refuses a pasted file instead.
+CONTROL_PATH_MAX = 4096
+
+
+def control_path_problem(value: str) -> str | None:
+    """What is wrong with a path on the machine running gpuclus, or None."""
+    if not value:
+        return "is empty"
+    if len(value) > CONTROL_PATH_MAX:
+        return f"is longer than {CONTROL_PATH_MAX} characters"
+    if any(unicodedata.category(char).startswith("C") for char in value):
+        return "contains control characters (a newline, a tab, ...)"
+    if value.startswith("~"):
+        return "starts with '~', which gpuclus does not expand; write the path out (absolute, or relative to the spec)"
+    return None
+
+
+def container_image_problem(value: str) -> str | None:
+    """What is wrong with an image for `srun --container-image`, or None.
+
+    Pyxis takes a registry image ([USER@][REGISTRY#]IMAGE[:TAG], e.g.
+    ubuntu:22.04 or nvcr.io#nvidia/pytorch:24.01-py3) or a squashfs file; it
+    reads a value as a file only when it starts with '/' or './'.
+    """
+    if not value:
+        return "is empty"
+    if len(value) > CONTROL_PATH_MAX:
+        return f"is longer than {CONTROL_PATH_MAX} characters"
+    if any(char.isspace() or unicodedata.category(char).startswith("C") for char in value):
+        return "contains whitespace or control characters"
+    quotes = sorted({char for char in value if char in "\"'`\\"})
+    if quotes:
+        return f"contains {', '.join(repr(char) for char in quotes)}; an image name has no quotes"
+    if value.startswith("-"):
+        return "starts with '-'"
+    if value.endswith(".sqsh") and not value.startswith(("/", "./")):
+        return (
+            "looks like a squashfs file, but Pyxis reads a value that does not start with '/' or './' as a "
+            "registry image; write the file's absolute path (e.g. /shared/images/ubuntu.sqsh)"
+        )
+    return None
+
+
+UserName = Annotated[str, Field(pattern=USER_PATTERN)]
+ReleaseFile = Annotated[str, Field(pattern=RELEASE_FILE_PATTERN)]
+Sha256 = Annotated[str, Field(pattern=SHA256_PATTERN)]
+
+
 class Containers(_Model):
-    enroot: bool = Field(default=True, description="Install Enroot on compute nodes.")
+    enroot: bool = Field(default=True, description="Install Enroot on compute and login nodes.")
     pyxis: bool = Field(default=True, description="Install the Pyxis SPANK plugin (srun --container-image).")
+    enroot_version: str = Field(
+        default="4.1.2",
+        pattern=RELEASE_VERSION_PATTERN,
+        description="Enroot release to install (major.minor.patch, e.g. '4.1.2').",
+    )
+    pyxis_version: str = Field(
+        default="0.24.0",
+        pattern=RELEASE_VERSION_PATTERN,
+        description="Pyxis release to build against the cluster's Slurm (major.minor.patch, e.g. '0.24.0').",
+    )
+    _versions_are_text = field_validator("enroot_version", "pyxis_version", mode="before")(_version_text)
+
+    artifacts_dir: str | None = Field(
+        default=None,
+        description="A directory on the machine running gpuclus (absolute, or relative to the spec file's "
+        "directory) holding Enroot's release packages (enroot_<v>-1_<amd64|arm64>.deb, "
+        "enroot-<v>-1.el8.<x86_64|aarch64>.rpm) or its source tarball enroot-<v>-src.tar.gz, and "
+        "pyxis-<v>-src.tar.gz: nothing is downloaded (offline sites). Left out: each node downloads them "
+        "from GitHub, which needs checksums or allow_unverified_downloads.",
+    )
+    checksums: dict[ReleaseFile, Sha256] = Field(
+        default_factory=dict,
+        description="sha256 of Enroot's and Pyxis' release files, by file name (e.g. "
+        "'enroot_4.1.2-1_amd64.deb': <64 hex digits>). A download is refused without its checksum; a file "
+        "from artifacts_dir is checked when it is named here.",
+    )
+    allow_unverified_downloads: bool = Field(
+        default=False,
+        description="Install what the nodes download from GitHub even without a checksum for it.",
+    )
+    credentials_file: str | None = Field(
+        default=None,
+        description="A file on the machine running gpuclus (absolute, or relative to the spec file's "
+        "directory) with registry credentials in Enroot's format, one `machine HOST login USER password "
+        "PASSWORD` entry per line; written as ~/.config/enroot/.credentials (0600) for credentials_users on "
+        "the compute and login nodes. Keep it 0600; gpuclus never prints its content.",
+    )
+    credentials_users: list[UserName] | None = Field(
+        default=None,
+        min_length=1,
+        description="Users who get the credentials file; cluster.admin_user when left out.",
+    )
+    validate_image: str = Field(
+        default="ubuntu:22.04",
+        description="The image `gpuclus validate` runs with Pyxis: a registry image (e.g. ubuntu:22.04) or "
+        "a squashfs file on every compute node, written as a path starting with '/' or './'.",
+    )
+
+    @field_validator("artifacts_dir", "credentials_file")
+    @classmethod
+    def _control_path(cls, value: str | None) -> str | None:
+        problem = None if value is None else control_path_problem(value)
+        if problem:
+            raise ValueError(f"{value!r} {problem}")
+        return value
+
+    @field_validator("validate_image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        problem = container_image_problem(value)
+        if problem:
+            raise ValueError(f"{value!r} {problem}")
+        return value
 
 
 class Monitoring(_Model):
