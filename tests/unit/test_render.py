@@ -55,6 +55,7 @@ nodes:
   - {name: "123", address: 10.2.0.2, roles: [compute], gpus: {count: 1, fake: true, model: "yes"}}
   - {name: "on", address: 10.2.0.3, roles: [compute]}
 nvidia: {driver: {install: false}, cuda: {install: false}}
+containers: {allow_unverified_downloads: true}
 """
 
 
@@ -481,7 +482,7 @@ def cluster_of(count: int) -> LoadedSpec:
     return inline(
         "apiVersion: gpuclus/v1\ncluster: {name: many, admin_user: admin}\nnodes:\n"
         + "\n".join(entries)
-        + "\nmonitoring: {prometheus: false, grafana: false}\n"
+        + "\nmonitoring: {prometheus: false, grafana: false}\ncontainers: {enroot: false, pyxis: false}\n"
     )
 
 

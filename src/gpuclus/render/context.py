@@ -8,6 +8,7 @@ models means every value that reaches a file is chosen here, in one place.
 from __future__ import annotations
 
 import json
+import posixpath
 import unicodedata
 from collections.abc import Iterator
 from pathlib import PurePosixPath
@@ -33,9 +34,7 @@ ROLE_GROUPS: tuple[tuple[str, str], ...] = (
 # sandbox) have no driver to install, so they are not in it.
 GPU_GROUP = ("gpu", "has real NVIDIA GPUs; the nvidia phase installs the driver here")
 # Only what a role or playbook reads is rendered: a variable without a reader
-# looks configured and is not. The container phase brings its group_vars
-# (containers.yml) back with the roles that read them; validate takes the
-# network from the spec itself.
+# looks configured and is not. Validate takes the network from the spec itself.
 
 # Ansible evaluates Jinja in inventory and group_vars values when it uses them;
 # a spec value carrying these would run as a template on the Ansible host.
@@ -74,6 +73,7 @@ def build_context(spec: ClusterSpec, topology: Topology, *, source_name: str, st
         "nfs": _nfs_vars(spec, topology),
         "monitoring": _monitoring_vars(spec, topology),
         "nvidia": _nvidia_vars(spec, topology),
+        "containers": _containers_vars(spec, state_dir=state_dir),
     }
     context: dict[str, Any] = {
         "header": GENERATED_HEADER.format(version=__version__, source=source_name),
@@ -191,6 +191,42 @@ def _nvidia_vars(spec: ClusterSpec, topology: Topology) -> dict[str, Any]:
         "gpuclus_cuda_install": nvidia.cuda.install,
         "gpuclus_cuda_version": nvidia.cuda.version,
         "gpuclus_cuda_source": nvidia.cuda.source,
+    }
+
+
+def _containers_vars(spec: ClusterSpec, *, state_dir: str) -> dict[str, Any]:
+    """containers.yml: Enroot and Pyxis, with the spec's paths made relative to the output directory.
+
+    The spec's paths on the machine running gpuclus (artifacts_dir,
+    credentials_file) are absolute or relative to the spec's directory; the
+    playbook resolves a relative one against the output directory (the one
+    holding inventory/). ``state_dir`` is the spec's .gpuclus/ relative to the
+    output directory, so the spec's directory is normpath(state_dir/..): an
+    absolute path is written as it is, a relative one as
+    normpath(<spec's directory>/<path>), and the control machine's cache as
+    normpath(state_dir/cache). Only strings are joined (posixpath), nothing is
+    looked up, so the text is the same on any machine.
+    """
+    containers = spec.containers
+    spec_dir = posixpath.normpath(posixpath.join(state_dir, ".."))
+
+    def from_output_dir(path: str | None) -> str | None:
+        if path is None or posixpath.isabs(path):
+            return path
+        return posixpath.normpath(posixpath.join(spec_dir, path))
+
+    users = containers.credentials_users or [spec.cluster.admin_user]
+    return {
+        "gpuclus_enroot_install": containers.enroot,
+        "gpuclus_pyxis_install": containers.pyxis,
+        "gpuclus_enroot_version": containers.enroot_version,
+        "gpuclus_pyxis_version": containers.pyxis_version,
+        "gpuclus_containers_artifacts_dir": from_output_dir(containers.artifacts_dir),
+        "gpuclus_containers_checksums": dict(sorted(containers.checksums.items())),
+        "gpuclus_containers_allow_unverified_downloads": containers.allow_unverified_downloads,
+        "gpuclus_enroot_credentials_file": from_output_dir(containers.credentials_file),
+        "gpuclus_enroot_credentials_users": list(dict.fromkeys(users)),
+        "gpuclus_control_cache_dir": posixpath.normpath(posixpath.join(state_dir, "cache")),
     }
 
 

@@ -27,6 +27,7 @@ RENDERED_FILES: tuple[str, ...] = (
     f"{GROUP_VARS_DIR}/nfs.yml",
     f"{GROUP_VARS_DIR}/monitoring.yml",
     f"{GROUP_VARS_DIR}/nvidia.yml",
+    f"{GROUP_VARS_DIR}/containers.yml",
 )
 
 
