@@ -334,8 +334,11 @@ def test_ctrl_c_during_a_run_exits_130_and_cancels_the_jobs(tmp_path: Path, sess
     assert session.remote.closed
 
 
+PYXIS_ON = "  enroot: true\n  pyxis: true\n  allow_unverified_downloads: true"
+
+
 def test_container_image_option_reaches_the_pyxis_job(tmp_path: Path, session: Session) -> None:
-    text = SANDBOX_SPEC.replace("  enroot: false\n  pyxis: false", "  enroot: true\n  pyxis: true")
+    text = SANDBOX_SPEC.replace("  enroot: false\n  pyxis: false", PYXIS_ON)
     session.remote.prefer("--container-image=", ok("ID=ubuntu\n")).prefer("srun --help", ok("1\n"))
     result = validate(
         str(spec_file(tmp_path, text)), "--only", "containers", "--container-image", "/shared/u.sqsh", "--json"
@@ -424,3 +427,23 @@ def test_nodes_completes_nothing_when_the_spec_cannot_be_read(
         (tmp_path / "cluster.yaml").write_bytes(content)
     monkeypatch.chdir(tmp_path)
     assert complete("--nodes", "") == []
+
+
+def test_the_pyxis_job_runs_the_specs_validate_image_by_default(tmp_path: Path, session: Session) -> None:
+    text = SANDBOX_SPEC.replace("  enroot: false\n  pyxis: false", PYXIS_ON + "\n  validate_image: /var/img/t.sqsh")
+    session.remote.prefer("--container-image=", ok("ID=ubuntu\n")).prefer("srun --help", ok("1\n"))
+    result = validate(str(spec_file(tmp_path, text)), "--only", "containers", "--json")
+    assert result.exit_code == 0, result.output
+    assert len(session.remote.matching("--container-image=/var/img/t.sqsh")) == 2
+    # The option overrides the spec.
+    again = validate(str(spec_file(tmp_path, text)), "--only", "containers", "--container-image", "ubuntu:24.04")
+    assert again.exit_code == 0, again.output
+    assert len(session.remote.matching("--container-image=ubuntu:24.04")) == 2
+
+
+@pytest.mark.parametrize("image", ["ubuntu.sqsh", "a b", "x'y", ""])
+def test_a_container_image_pyxis_would_misread_is_a_usage_error(tmp_path: Path, session: Session, image: str) -> None:
+    result = validate(str(spec_file(tmp_path)), "--only", "containers", "--container-image", image)
+    assert result.exit_code == 2, result.output
+    assert "--container-image" in result.stderr
+    assert not session.remote.commands

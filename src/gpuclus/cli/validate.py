@@ -75,8 +75,13 @@ def validate(
         Path | None, typer.Option("--junit", help="Also write the results as JUnit XML to this file.")
     ] = None,
     container_image: Annotated[
-        str, typer.Option("--container-image", help="Image the Pyxis check runs (a local .sqsh works offline).")
-    ] = "ubuntu:22.04",
+        str | None,
+        typer.Option(
+            "--container-image",
+            help="Image the Pyxis check runs (a local .sqsh works offline); default: the spec's "
+            "containers.validate_image.",
+        ),
+    ] = None,
     list_checks: Annotated[bool, typer.Option("--list", help="List the checks and exit.")] = False,
     json_mode: JsonOption = False,
 ) -> None:
@@ -115,9 +120,18 @@ def validate(
 
             # Before the run, not after it: a FIFO, a device or a link (/dev/stdout) is never replaced.
             check_output_path(junit)
+        image = _container_image(container_image)
         loaded = load_checked_spec(spec, out)
         selected = _selected_nodes(loaded.topology, nodes)
-        report = _run(out, spec, loaded, chosen, depth, selected, container_image)
+        report = _run(
+            out,
+            spec,
+            loaded,
+            chosen,
+            depth,
+            selected,
+            loaded.spec.containers.validate_image if image is None else image,
+        )
         if junit is not None:
             from gpuclus.validate.junit import write_junit
 
@@ -130,6 +144,21 @@ def validate(
                 out.note(f"JUnit XML: {escape(str(junit))}")
         if not report.ok:
             raise typer.Exit(int(report.exit_code))
+
+
+def _container_image(image: str | None) -> str | None:
+    """--container-image as given, refused where the spec's containers.validate_image would be."""
+    if image is None:
+        return None
+    from gpuclus.spec.models import container_image_problem
+
+    problem = container_image_problem(image)
+    if problem:
+        raise UsageError(
+            f"--container-image {image!r} {problem}",
+            "a registry image (ubuntu:22.04, nvcr.io#nvidia/pytorch:24.01-py3) or a squashfs file's absolute path",
+        )
+    return image
 
 
 def _split(text: str | None) -> list[str] | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gpuclus.spec.models import ClusterSpec, Role
+from gpuclus.spec.models import ClusterSpec, Containers, Role
 from gpuclus.spec.topology import Node, SlurmPartition, Topology, slurm_partitions
 from gpuclus.ssh.client import CommandResult
 from gpuclus.validate import slurm
@@ -25,8 +25,9 @@ from gpuclus.validate.remote import TIMED_OUT, Remote
 class Options:
     """Run-wide settings from the command line."""
 
-    # What the Pyxis check runs; a local squashfs path works on offline clusters.
-    container_image: str = "ubuntu:22.04"
+    # What the Pyxis check runs; a local squashfs path works on offline clusters. The CLI
+    # passes --container-image, else the spec's containers.validate_image (whose default this is).
+    container_image: str = Containers.model_fields["validate_image"].default
     # How long a job may wait for its nodes before it counts as failed.
     queue_wait_s: int = 30
     # The spec on the command line: hints name it in the gpuclus commands they suggest.
