@@ -11,7 +11,7 @@ import typer
 from gpuclus.cli.common import DEFAULT_SPEC, JsonOption, handled, read_spec
 from gpuclus.errors import ExitCode, SpecInvalidError
 from gpuclus.output import Output, findings_summary, plural
-from gpuclus.spec.findings import Finding, Loc, sort_findings, warning
+from gpuclus.spec.findings import Finding, sort_findings, warning
 
 if TYPE_CHECKING:
     from gpuclus.deploy.phases import Phase
@@ -93,37 +93,18 @@ def deploy_refusals(loaded: LoadedSpec) -> list[Finding]:
 
     needed, _not_needed = wanted_phases(loaded.spec, loaded.topology)
     missing = missing_playbooks([choice.phase for choice in needed])
-    return [loaded.document.locate(_refusal(loaded, phase)) for phase in missing]
+    return [loaded.document.locate(_refusal(phase)) for phase in missing]
 
 
-def _refusal(loaded: LoadedSpec, phase: Phase) -> Finding:
-    """The finding for one unshipped phase."""
-    from gpuclus.deploy.phases import Phase
-
-    assert loaded.spec is not None and loaded.topology is not None
+def _refusal(phase: Phase) -> Finding:
+    """The finding for one unshipped phase (a playbooks directory without it: GPUCLUS_PLAYBOOKS_DIR)."""
     refused = f"this version of gpuclus does not ship the {phase.value} phase yet: `gpuclus deploy` refuses this spec"
-    if phase is Phase.CONTAINERS:
-        containers = loaded.spec.containers
-        # Pyxis needs Enroot (pyxis-without-enroot): turning Enroot off alone would trade this for an error.
-        also = " and containers.pyxis: false" if containers.pyxis else ""
-        return warning(
-            "containers-not-shipped",
-            f"{'Enroot and Pyxis are' if containers.pyxis else 'Enroot is'} asked for"
-            f"{_default(loaded, ('containers', 'enroot'))}, but {refused}",
-            ("containers", "enroot"),
-            hint=f"deploy with --skip containers, or set containers.enroot: false{also}",
-        )
     return warning(
         f"{phase.value}-not-shipped",
         f"the spec needs the {phase.value} phase, but {refused}",
         (phase.value,),
         hint=f"deploy with --skip {phase.value}",
     )
-
-
-def _default(loaded: LoadedSpec, loc: Loc) -> str:
-    """' (the default)' when the spec leaves ``loc`` out: the admin may not know it is on."""
-    return "" if loc in loaded.document.value_positions else " (the default, as the spec leaves it out)"
 
 
 @app.command("schema")
