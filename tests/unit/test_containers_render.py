@@ -75,8 +75,17 @@ def test_exactly_these_variables_in_this_order() -> None:
     assert list(variables(text)) == VARIABLES
 
 
-def test_defaults_with_downloads_allowed() -> None:
-    values = variables(containers_yml(loaded("containers: {allow_unverified_downloads: true}\n")))
+def test_defaults_are_off() -> None:
+    # A spec without a containers section installs neither, and downloads nothing.
+    values = variables(containers_yml(loaded("")))
+    assert values["gpuclus_enroot_install"] is False
+    assert values["gpuclus_pyxis_install"] is False
+    assert values["gpuclus_containers_allow_unverified_downloads"] is False
+
+
+def test_defaults_with_both_on_and_downloads_allowed() -> None:
+    spec = loaded("containers: {enroot: true, pyxis: true, allow_unverified_downloads: true}\n")
+    values = variables(containers_yml(spec))
     assert values == {
         "gpuclus_enroot_install": True,
         "gpuclus_pyxis_install": True,

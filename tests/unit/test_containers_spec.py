@@ -48,6 +48,8 @@ CONTAINER_CODES = {
     "downloads-unverified",
 }
 SHA = "0123456789abcdef" * 4
+# Enroot and Pyxis are off unless the spec turns them on.
+ON = "  enroot: true\n  pyxis: true\n"
 PASSWORD = "S3cr3t-Planted-Pa55word"
 
 
@@ -84,7 +86,9 @@ def artifacts(directory: Path, *names: str) -> Path:
 
 def test_defaults() -> None:
     containers = Containers()
-    assert containers.enroot and containers.pyxis
+    # Off unless asked for: on, they need a source (artifacts_dir, checksums or
+    # allow_unverified_downloads), so a spec without this section stays clean.
+    assert not containers.enroot and not containers.pyxis
     assert containers.enroot_version == "4.1.2"
     assert containers.pyxis_version == "0.24.0"
     assert containers.artifacts_dir is None
@@ -200,8 +204,8 @@ def test_artifacts_dir_is_relative_to_the_spec_not_the_working_directory(
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    assert codes(load(tmp_path, "  artifacts_dir: art\n")) == []
-    assert codes(load(tmp_path, f"  artifacts_dir: {tmp_path / 'art'}\n")) == []
+    assert codes(load(tmp_path, ON + "  artifacts_dir: art\n")) == []
+    assert codes(load(tmp_path, ON + f"  artifacts_dir: {tmp_path / 'art'}\n")) == []
 
 
 @pytest.mark.parametrize(
@@ -215,12 +219,12 @@ def test_artifacts_dir_is_relative_to_the_spec_not_the_working_directory(
 )
 def test_artifacts_dir_with_what_is_needed(tmp_path: Path, files: list[str]) -> None:
     artifacts(tmp_path / "art", *files)
-    assert codes(load(tmp_path, "  artifacts_dir: art\n")) == []
+    assert codes(load(tmp_path, ON + "  artifacts_dir: art\n")) == []
 
 
 def test_artifacts_incomplete_names_the_files_expected(tmp_path: Path) -> None:
     artifacts(tmp_path / "art", "enroot-4.1.1-src.tar.gz", "pyxis-0.24.0-src.tar.gz", "README")
-    [finding] = container_findings(load(tmp_path, "  artifacts_dir: art\n"))
+    [finding] = container_findings(load(tmp_path, "  artifacts_dir: art\n" + ON))
     assert finding.code == "artifacts-incomplete" and finding.line == FIRST
     assert "enroot-4.1.2-src.tar.gz" in finding.message
     assert "enroot_4.1.2-1_*.deb" in finding.message
@@ -229,14 +233,14 @@ def test_artifacts_incomplete_names_the_files_expected(tmp_path: Path) -> None:
 
 def test_artifacts_incomplete_for_pyxis_follows_its_version(tmp_path: Path) -> None:
     artifacts(tmp_path / "art", "enroot-4.1.2-src.tar.gz", "pyxis-0.24.0-src.tar.gz")
-    [finding] = container_findings(load(tmp_path, '  artifacts_dir: art\n  pyxis_version: "0.25.0"\n'))
+    [finding] = container_findings(load(tmp_path, ON + '  artifacts_dir: art\n  pyxis_version: "0.25.0"\n'))
     assert finding.code == "artifacts-incomplete"
     assert "pyxis-0.25.0-src.tar.gz" in finding.message
 
 
 def test_artifacts_needed_only_for_what_is_on(tmp_path: Path) -> None:
     artifacts(tmp_path / "art", "enroot-4.1.2-src.tar.gz")
-    assert codes(load(tmp_path, "  artifacts_dir: art\n  pyxis: false\n")) == []
+    assert codes(load(tmp_path, "  artifacts_dir: art\n  enroot: true\n  pyxis: false\n")) == []
     artifacts(tmp_path / "empty")
     assert codes(load(tmp_path, "  artifacts_dir: empty\n  enroot: false\n  pyxis: false\n")) == []
 
@@ -244,8 +248,11 @@ def test_artifacts_needed_only_for_what_is_on(tmp_path: Path) -> None:
 # -- downloads ------------------------------------------------------------------------
 
 
-def test_downloads_without_checksums_are_refused(tmp_path: Path) -> None:
-    [finding] = container_findings(load(tmp_path, "  enroot: true\n"))
+@pytest.mark.parametrize("body", ["  enroot: true\n", ON, "  pyxis: true\n"])
+def test_downloads_without_checksums_are_refused(tmp_path: Path, body: str) -> None:
+    findings = container_findings(load(tmp_path, body))
+    # Pyxis alone is also pyxis-without-enroot; the download is refused all the same.
+    [finding] = [f for f in findings if f.code != "pyxis-without-enroot"]
     assert finding.code == "downloads-unverified"
     assert finding.line == FIRST - 1 and finding.path == "containers"
     assert "checksum" in finding.message
@@ -255,20 +262,23 @@ def test_downloads_without_checksums_are_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "body",
     [
-        "  allow_unverified_downloads: true\n",
-        f"  checksums: {{enroot_4.1.2-1_amd64.deb: {SHA}}}\n",
+        ON + "  allow_unverified_downloads: true\n",
+        ON + f"  checksums: {{enroot_4.1.2-1_amd64.deb: {SHA}}}\n",
         "  enroot: false\n  pyxis: false\n",
+        "  allow_unverified_downloads: false\n",  # off by default: nothing to download
     ],
 )
 def test_downloads_accepted_with_checksums_or_when_allowed_or_off(tmp_path: Path, body: str) -> None:
     assert codes(load(tmp_path, body)) == []
 
 
-def test_a_spec_without_a_containers_section_is_refused_without_a_line(tmp_path: Path) -> None:
+def test_a_spec_without_a_containers_section_downloads_nothing(tmp_path: Path) -> None:
+    # Enroot and Pyxis default to off, so leaving the section out is no error.
     path = tmp_path / "cluster.yaml"
     path.write_text(BASE.removesuffix("containers:\n"), encoding="utf-8")
-    found = [f for f in load_spec(path).findings if f.code == "downloads-unverified"]
-    assert len(found) == 1 and found[0].file == str(path)
+    loaded = load_spec(path)
+    assert container_findings(loaded) == []
+    assert loaded.ok
 
 
 # -- credentials_file -------------------------------------------------------------------

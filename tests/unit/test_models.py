@@ -70,7 +70,7 @@ def test_defaults_of_every_optional_section() -> None:
     assert spec.slurm.partitions == []
     assert (spec.nvidia.driver.install, spec.nvidia.driver.branch) == (True, "550")
     assert (spec.nvidia.cuda.install, spec.nvidia.cuda.version) == (True, "12.4")
-    assert (spec.containers.enroot, spec.containers.pyxis) == (True, True)
+    assert (spec.containers.enroot, spec.containers.pyxis) == (False, False)
     assert (spec.monitoring.prometheus, spec.monitoring.grafana) == (True, False)
     assert (spec.network.fabric, spec.network.link_gbps, spec.network.nics_per_node) == (
         Fabric.ETHERNET,

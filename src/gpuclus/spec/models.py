@@ -342,8 +342,17 @@ Sha256 = Annotated[str, Field(pattern=SHA256_PATTERN)]
 
 
 class Containers(_Model):
-    enroot: bool = Field(default=True, description="Install Enroot on compute and login nodes.")
-    pyxis: bool = Field(default=True, description="Install the Pyxis SPANK plugin (srun --container-image).")
+    # Off unless asked for: Enroot and Pyxis come from GitHub or an artifacts
+    # directory, and a download needs checksums (downloads-unverified), so a
+    # default of on would make every spec that leaves containers out invalid.
+    enroot: bool = Field(
+        default=False,
+        description="Install Enroot on compute and login nodes (from artifacts_dir, or GitHub's release packages "
+        "checked against checksums).",
+    )
+    pyxis: bool = Field(
+        default=False, description="Install the Pyxis SPANK plugin (srun --container-image); needs enroot."
+    )
     enroot_version: str = Field(
         default="4.1.2",
         pattern=RELEASE_VERSION_PATTERN,
