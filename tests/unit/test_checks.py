@@ -249,7 +249,7 @@ slurm:
     - {name: b, default: true}
 nfs:
   exports: [/home]
-containers: {enroot: false, pyxis: true}
+containers: {enroot: false, pyxis: true, allow_unverified_downloads: true}
 """
     result = load_spec_text(text)
     assert _codes(result) == [
