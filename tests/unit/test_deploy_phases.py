@@ -27,6 +27,8 @@ def spec_text(extra: str = "", *, gpus: str | None = "{count: 2}", exports: bool
 
 SANDBOX = spec_text("nvidia: {driver: {install: false}, cuda: {install: false}}\n", gpus="{count: 2, fake: true}")
 NO_INSTALL = "nvidia: {driver: {install: false}, cuda: {install: false}}\n"
+# Enroot and Pyxis default to off; on, they need a source (downloads-unverified otherwise).
+CONTAINERS_ON = "containers: {enroot: true, pyxis: true, allow_unverified_downloads: true}\n"
 
 
 def choices(text: str) -> tuple[list[PhaseChoice], list[PhaseChoice]]:
@@ -53,8 +55,8 @@ def test_order_is_the_deploy_order() -> None:
 
 def test_sandbox_like_spec_has_no_nvidia_phase() -> None:
     run, skip = choices(SANDBOX)
-    assert names(run) == ["base", "nfs", "slurm", "containers", "monitoring"]
-    assert names(skip) == ["nvidia"]
+    assert names(run) == ["base", "nfs", "slurm", "monitoring"]
+    assert names(skip) == ["nvidia", "containers"]
     assert reasons(skip)["nvidia"] == "no real GPUs (none declared, or all fake)"
 
 
@@ -62,11 +64,11 @@ def test_fake_gpus_skip_nvidia_even_with_install_on() -> None:
     # fake-gpus-with-driver is a warning, so such a spec still deploys: without the nvidia phase.
     run, skip = choices(spec_text(gpus="{count: 2, fake: true}"))
     assert "nvidia" not in names(run)
-    assert names(skip) == ["nvidia"]
+    assert names(skip) == ["nvidia", "containers"]
 
 
 def test_real_gpus_with_install_run_nvidia() -> None:
-    run, skip = choices(spec_text())
+    run, skip = choices(spec_text(CONTAINERS_ON))
     assert names(run) == ALL
     assert skip == []
     assert reasons(run) == {
@@ -87,7 +89,7 @@ def test_cuda_alone_is_enough_for_nvidia() -> None:
 def test_real_gpus_without_install_skip_nvidia() -> None:
     run, skip = choices(spec_text(NO_INSTALL))
     assert "nvidia" not in names(run)
-    assert names(skip) == ["nvidia"]
+    assert names(skip) == ["nvidia", "containers"]
 
 
 def test_real_gpus_without_install_say_why_nvidia_is_skipped() -> None:
@@ -99,19 +101,20 @@ def test_real_gpus_without_install_say_why_nvidia_is_skipped() -> None:
 
 def test_no_gpus_at_all_skip_nvidia() -> None:
     _, skip = choices(spec_text(gpus=None))
-    assert reasons(skip) == {"nvidia": "no real GPUs (none declared, or all fake)"}
+    assert reasons(skip) == {"nvidia": "no real GPUs (none declared, or all fake)", "containers": "containers off"}
 
 
 @pytest.mark.parametrize(
     ("containers", "wanted"),
     [
         ("{enroot: false, pyxis: false}", False),
-        ("{enroot: true, pyxis: false}", True),
-        ("{enroot: true, pyxis: true}", True),
+        ("{enroot: true, pyxis: false, allow_unverified_downloads: true}", True),
+        ("{enroot: true, pyxis: true, allow_unverified_downloads: true}", True),
+        (None, False),  # the section left out: both default to off
     ],
 )
-def test_containers_phase(containers: str, wanted: bool) -> None:
-    run, skip = choices(spec_text(f"containers: {containers}\n"))
+def test_containers_phase(containers: str | None, wanted: bool) -> None:
+    run, skip = choices(spec_text(f"containers: {containers}\n" if containers is not None else ""))
     assert ("containers" in names(run)) is wanted
     if not wanted:
         assert reasons(skip)["containers"] == "containers off"
@@ -196,7 +199,6 @@ def test_select_everything_by_default(sandbox_phases: list[PhaseChoice]) -> None
         Phase.BASE,
         Phase.NFS,
         Phase.SLURM,
-        Phase.CONTAINERS,
         Phase.MONITORING,
     ]
 
@@ -206,11 +208,7 @@ def test_select_only_keeps_deploy_order(sandbox_phases: list[PhaseChoice]) -> No
 
 
 def test_select_skip(sandbox_phases: list[PhaseChoice]) -> None:
-    assert select_phases(sandbox_phases, set(), {Phase.CONTAINERS, Phase.NFS}) == [
-        Phase.BASE,
-        Phase.SLURM,
-        Phase.MONITORING,
-    ]
+    assert select_phases(sandbox_phases, set(), {Phase.MONITORING, Phase.NFS}) == [Phase.BASE, Phase.SLURM]
 
 
 def test_skipping_an_unneeded_phase_is_fine(sandbox_phases: list[PhaseChoice]) -> None:
