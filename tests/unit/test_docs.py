@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
@@ -14,7 +15,7 @@ from gpuclus.cli.spec import deploy_refusals
 from gpuclus.spec.checks import CODES
 from gpuclus.spec.findings import Severity
 from gpuclus.spec.load import _first_model, load_spec
-from gpuclus.spec.models import ClusterSpec
+from gpuclus.spec.models import ClusterSpec, Containers
 
 SPEC_DOC = Path(__file__).resolve().parents[2] / "docs" / "spec.md"
 
@@ -80,10 +81,34 @@ def test_the_docs_have_example_specs() -> None:
     assert any(name.startswith("spec.md") for name in names)
 
 
+def _stand_in_artifacts_dir(text: str, directory: Path) -> None:
+    """Create the relative containers.artifacts_dir an example names, as the admin would have.
+
+    It stands in for the admin's directory of release files: empty placeholder
+    files with the names the spec's (or the default) versions call for, which
+    is all spec check reads. An absolute path is not created (it lies outside
+    tmp_path), so an example spec naming one fails with artifacts-dir-missing.
+    """
+    data = yaml.safe_load(text)
+    containers = data.get("containers") if isinstance(data, dict) else None
+    if not isinstance(containers, dict) or not isinstance(containers.get("artifacts_dir"), str):
+        return
+    if Path(containers["artifacts_dir"]).is_absolute():
+        return
+    defaults = Containers()
+    enroot = str(containers.get("enroot_version", defaults.enroot_version))
+    pyxis = str(containers.get("pyxis_version", defaults.pyxis_version))
+    artifacts = directory / containers["artifacts_dir"]
+    artifacts.mkdir(parents=True, exist_ok=True)
+    for name in (f"enroot-{enroot}-src.tar.gz", f"pyxis-{pyxis}-src.tar.gz"):
+        (artifacts / name).write_bytes(b"")
+
+
 @pytest.mark.parametrize(("name", "text"), _example_specs(), ids=[name for name, _ in _example_specs()])
 def test_example_spec_checks_clean_and_deploy_would_take_it(name: str, text: str, tmp_path: Path) -> None:
     path = tmp_path / "cluster.yaml"
     path.write_text(text)
+    _stand_in_artifacts_dir(text, tmp_path)
     loaded = load_spec(path)
     problems = [f"{f.code} {f.path}" for f in loaded.findings if f.severity is not Severity.INFO]
     assert problems == [], f"{name}: {problems}"
