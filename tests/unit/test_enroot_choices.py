@@ -134,7 +134,10 @@ def test_auto_picks_the_tarball_then_the_packages(tmp_path: Path) -> None:
     t = templar("debian12", enroot_artifacts_dir=str(tmp_path) + "/")
     assert value(t, "__enroot_source") == "source"
     assert value(t, "__enroot_files") == ["enroot-4.1.2-src.tar.gz"]
-    assert "build-essential" in value(t, "__enroot_packages")
+    # Every node gets the runtime dependencies only; the build tools go onto
+    # the one node that builds (see test_build_tools_go_onto_the_building_node_only).
+    assert "build-essential" not in value(t, "__enroot_packages")
+    assert value(t, "__enroot_build_packages") == ["build-essential"]
     (tmp_path / "enroot_4.1.2-1_amd64.deb").write_bytes(b"x")
     t = templar("debian12", enroot_artifacts_dir=str(tmp_path))
     assert value(t, "__enroot_source") == "packages"
@@ -188,10 +191,43 @@ def test_apt_runtime_dependencies(os_name: str) -> None:
 
 
 def test_rocky_runtime_and_build_dependencies(tmp_path: Path) -> None:
+    # Built from source, yet every node's packages are the runtime ones only.
     (tmp_path / "enroot-4.1.2-src.tar.gz").write_bytes(b"x")
-    packages = value(templar("rocky9", enroot_artifacts_dir=str(tmp_path)), "__enroot_packages")
-    assert {"libcap", "shadow-utils", "squashfs-tools", "gcc", "make", "patch"} <= set(packages)
+    t = templar("rocky9", enroot_artifacts_dir=str(tmp_path))
+    assert value(t, "__enroot_source") == "source"
+    packages = value(t, "__enroot_packages")
+    assert {"libcap", "shadow-utils", "squashfs-tools"} <= set(packages)
+    assert not {"gcc", "make", "patch"} & set(packages)
     assert "bsdmainutils" not in packages and "build-essential" not in packages
+    assert {"gcc", "make", "patch"} <= set(value(t, "__enroot_build_packages"))
+
+
+@pytest.mark.parametrize("os_name", APT_OSES)
+def test_apt_build_tools_are_not_runtime_packages(os_name: str) -> None:
+    t = templar(os_name)
+    assert value(t, "__enroot_build_packages") == ["build-essential"]
+    assert "build-essential" not in value(t, "__enroot_packages")
+
+
+def test_build_tools_go_onto_the_building_node_only() -> None:
+    tasks_dir = ROLES / ROLE / "tasks"
+    # Only build.yml installs them, each time once per run (run_once: the
+    # first node that builds), ...
+    users = sorted(p.name for p in tasks_dir.glob("*.yml") if "__enroot_build_packages" in p.read_text())
+    assert users == ["build.yml"]
+    build = yaml.safe_load((tasks_dir / "build.yml").read_text())
+    installs = [
+        task
+        for task in build
+        for module in ("ansible.builtin.apt", "ansible.builtin.dnf")
+        if task.get(module, {}).get("name") == "{{ __enroot_build_packages }}"
+    ]
+    assert len(installs) == 2
+    assert all(task.get("run_once") is True for task in installs)
+    # ... and build.yml is only included to build the source.
+    install = yaml.safe_load((tasks_dir / "install.yml").read_text())
+    [include] = [task for task in install if task.get("ansible.builtin.include_tasks") == "build.yml"]
+    assert "__enroot_source == 'source'" in include["when"]
 
 
 # enroot.conf ------------------------------------------------------------------------------
