@@ -93,7 +93,8 @@ def test_flags_write_a_valid_commented_spec(tmp_path: Path) -> None:
     assert spec.spec.slurm.accounting is True
     assert (spec.spec.nvidia.driver.install, spec.spec.nvidia.driver.branch) == (True, "550")
     assert (spec.spec.nvidia.cuda.install, spec.spec.nvidia.cuda.version) == (True, "12.4")
-    assert spec.spec.containers.enroot and spec.spec.containers.pyxis
+    # Off, as the model's defaults: on, they need a source the admin names.
+    assert not spec.spec.containers.enroot and not spec.spec.containers.pyxis
     assert spec.spec.monitoring.prometheus and not spec.spec.monitoring.grafana
     assert (spec.spec.network.fabric.value, spec.spec.network.link_gbps) == ("ethernet", 10)
     assert [finding.code for finding in spec.findings] == []
@@ -116,6 +117,26 @@ def test_flags_write_a_valid_commented_spec(tmp_path: Path) -> None:
     ):
         above = lines[lines.index(section) - 1]
         assert above.startswith("#"), f"{section} has no comment above it"
+
+
+def test_containers_hints_turn_them_on_cleanly(tmp_path: Path) -> None:
+    output = tmp_path / "cluster.yaml"
+    code, _, stderr = invoke([*CLUSTER_FLAGS, "-o", str(output)])
+    assert code == 0, stderr
+    text = output.read_text()
+    assert "  enroot: false\n  pyxis: false\n  # artifacts_dir: artifacts\n" in text
+    assert "Enroot 4.1.2 and Pyxis 0.24.0" in text and "checksums:" in text
+    turned_on = text.replace("  enroot: false\n  pyxis: false\n", "  enroot: true\n  pyxis: true\n")
+    # Only turned on, the spec names no source: refused.
+    assert [f.code for f in load_spec_text(turned_on, str(output)).findings] == ["downloads-unverified"]
+    # With the hinted artifacts_dir uncommented and holding the release files, clean.
+    with_dir = turned_on.replace("  # artifacts_dir: artifacts\n", "  artifacts_dir: artifacts\n")
+    output.write_text(with_dir)
+    assert [f.code for f in load_spec(output).findings] == ["artifacts-dir-missing"]
+    (tmp_path / "artifacts").mkdir()
+    for name in ("enroot-4.1.2-src.tar.gz", "pyxis-0.24.0-src.tar.gz"):
+        (tmp_path / "artifacts" / name).write_bytes(b"")
+    assert load_spec(output).findings == []
 
 
 def test_defaults_name_from_directory_user_from_environment_and_gpu_note(tmp_path: Path) -> None:
