@@ -55,7 +55,7 @@ nodes:
   - {name: "123", address: 10.2.0.2, roles: [compute], gpus: {count: 1, fake: true, model: "yes"}}
   - {name: "on", address: 10.2.0.3, roles: [compute]}
 nvidia: {driver: {install: false}, cuda: {install: false}}
-containers: {allow_unverified_downloads: true}
+containers: {enroot: true, pyxis: true, allow_unverified_downloads: true}
 """
 
 
