@@ -50,7 +50,7 @@ VALID_SPEC: dict[str, Any] = {
     },
     "nfs": {"exports": ["/home", {"path": "/srv/shared", "mount": "/shared"}]},
     "nvidia": {"driver": {"install": True, "branch": "550"}, "cuda": {"install": True, "version": "12.4"}},
-    "containers": {"enroot": True, "pyxis": True},
+    "containers": {"enroot": True, "pyxis": True, "allow_unverified_downloads": True},
     "monitoring": {"prometheus": True, "grafana": False},
     "network": {"fabric": "ethernet", "link_gbps": 10, "nics_per_node": 1},
 }

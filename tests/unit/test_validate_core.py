@@ -1187,7 +1187,10 @@ def test_monitoring_off_in_the_spec_skips() -> None:
 # containers.pyxis
 # =====================================================================================
 
-PYXIS_SPEC = SANDBOX_SPEC.replace("  enroot: false\n  pyxis: false", "  enroot: true\n  pyxis: true")
+# On, with a source (downloads-unverified otherwise); where Enroot came from is no matter to validate.
+PYXIS_SPEC = SANDBOX_SPEC.replace(
+    "  enroot: false\n  pyxis: false", "  enroot: true\n  pyxis: true\n  allow_unverified_downloads: true"
+)
 
 
 def test_pyxis_off_in_the_spec_skips() -> None:
