@@ -457,6 +457,14 @@ def test_up_refuses_a_spec_path_that_is_not_a_regular_file(tmp_path: Path, as_ro
 # --artifacts -------------------------------------------------------------------------------------
 
 
+def release_sources(directory: Path) -> Path:
+    """``directory`` made, holding (empty) stand-ins for the release sources `up --artifacts` asks for."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("enroot-4.1.2-src.tar.gz", "pyxis-0.24.0-src.tar.gz"):
+        (directory / name).write_bytes(b"")
+    return directory
+
+
 def test_up_help_documents_artifacts() -> None:
     text = " ".join(invoke("up", "--help").stdout.split())
     assert "--artifacts" in text
@@ -483,8 +491,18 @@ def test_up_refuses_artifacts_that_are_not_a_directory(
     assert payload["ok"] is False and payload["error"]["exit_code"] == 2
 
 
+def test_up_refuses_artifacts_without_the_release_sources(tmp_path: Path) -> None:
+    target = tmp_path / "artifacts"
+    target.mkdir()
+    (target / "enroot-4.1.2-src.tar.gz").write_bytes(b"")
+    result = invoke("up", "--artifacts", str(target), "--spec", str(tmp_path / "sandbox.yaml"))
+    assert result.exit_code == 2, result.output
+    assert f"--artifacts {target} lacks pyxis-0.24.0-src.tar.gz" in result.stderr
+    assert "internal error" not in result.output
+
+
 def test_artifacts_directory_is_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "shared" / "artifacts").mkdir(parents=True)
+    release_sources(tmp_path / "shared" / "artifacts")
     (tmp_path / "repo").mkdir()
     monkeypatch.chdir(tmp_path / "repo")
     assert lifecycle.artifacts_directory(Path("../shared/artifacts")) == str(tmp_path / "shared" / "artifacts")
@@ -500,8 +518,7 @@ def write_record_artifacts(spec: Path, artifacts: str | None) -> None:
 def test_up_again_keeps_the_artifacts_choice(tmp_path: Path, as_root: None, fake: FakeEngine) -> None:
     """Like the shape: a re-up with another --artifacts, or without the one recorded, is refused."""
     spec = tmp_path / "sandbox.yaml"
-    artifacts = tmp_path / "artifacts"
-    artifacts.mkdir()
+    artifacts = release_sources(tmp_path / "artifacts")
     assert invoke("up", "--nodes", "2", "--spec", str(spec)).exit_code == 0
     record = SandboxRecord.load(StateDir.beside(spec).root / "sandbox.json")
     assert record is not None and record.artifacts_dir is None
@@ -518,8 +535,7 @@ def test_up_again_keeps_the_artifacts_choice(tmp_path: Path, as_root: None, fake
     assert dropped.exit_code == 1, dropped.output
     assert f"already up with --artifacts {artifacts}" in dropped.stderr
     assert f"pass --artifacts {artifacts} again" in dropped.stderr
-    other = tmp_path / "other"
-    other.mkdir()
+    other = release_sources(tmp_path / "other")
     moved = invoke("up", "--nodes", "2", "--artifacts", str(other), "--spec", str(spec))
     assert moved.exit_code == 1, moved.output
     assert spec.read_text() == text
@@ -542,12 +558,11 @@ def test_a_record_from_before_artifacts_loads(tmp_path: Path, as_root: None, fak
     assert "already up, nothing to do" in again.stdout
 
 
-@pytest.mark.xfail(strict=False, reason="containers fields land with the spec change")
 def test_up_with_artifacts_writes_a_spec_with_containers_on(
     tmp_path: Path, as_root: None, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec = tmp_path / "sandbox.yaml"
-    (tmp_path / "artifacts").mkdir()
+    release_sources(tmp_path / "artifacts")
     monkeypatch.chdir(tmp_path)
     result = invoke("up", "--name", "lab", "--artifacts", "artifacts", "--spec", str(spec))
     assert result.exit_code == 0, result.output

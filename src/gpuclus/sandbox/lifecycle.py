@@ -90,6 +90,18 @@ def artifacts_directory(path: Path) -> str:
         raise UsageError(f"--artifacts {path}: no such directory", hint)
     if not absolute.is_dir():
         raise UsageError(f"--artifacts {path} is not a directory", hint)
+    # The sandbox builds both from source, at the spec's default versions.
+    from gpuclus.spec.models import Containers
+
+    defaults = Containers()
+    wanted = (f"enroot-{defaults.enroot_version}-src.tar.gz", f"pyxis-{defaults.pyxis_version}-src.tar.gz")
+    missing = [name for name in wanted if not (absolute / name).is_file()]
+    if missing:
+        raise UsageError(
+            f"--artifacts {path} lacks {' and '.join(missing)}",
+            "the sandbox builds Enroot and Pyxis from these release sources; put them there (see the README, "
+            "'Deploying Enroot and Pyxis offline')",
+        )
     return str(absolute)
 
 
