@@ -11,7 +11,7 @@ per phase (phases laid back to back from the end of the run), and the
 CPU-bound floor: CPU-seconds / cores, the shortest wall time the work could
 take if every core were busy all the time.
 
-    sudo .venv/bin/python benchmarks/deploy.py [--nodes 3] [--compare 12] [--fresh-only]
+    sudo .venv/bin/python benchmarks/deploy.py [--nodes 3] [--compare 12] [--fresh-only] [--artifacts DIR]
 """
 
 from __future__ import annotations
@@ -172,12 +172,18 @@ def deploy(spec: str, cluster: str) -> tuple[float, dict[str, Any]]:
 
 
 def measure(
-    nodes: int, fresh_only: bool = False, keep_runs: Path | None = None, repeat: int = 1
+    nodes: int,
+    fresh_only: bool = False,
+    keep_runs: Path | None = None,
+    repeat: int = 1,
+    artifacts: Path | None = None,
 ) -> tuple[float, dict[str, Any], float, dict[str, Any]]:
     cluster = f"bench{nodes}"
     with tempfile.TemporaryDirectory() as scratch:
         spec = str(Path(scratch) / "sandbox.yaml")
-        gpuclus("sandbox", "up", "--name", cluster, "--nodes", str(nodes), "--spec", spec)
+        # --artifacts: the sandbox's spec turns the containers phase on (Enroot and Pyxis from those sources).
+        containers = ("--artifacts", str(artifacts.resolve())) if artifacts is not None else ()
+        gpuclus("sandbox", "up", "--name", cluster, "--nodes", str(nodes), *containers, "--spec", spec)
         try:
             # Let the fresh nodes finish booting before the clock starts.
             time.sleep(5)
@@ -238,11 +244,14 @@ def main() -> None:
     parser.add_argument("--fresh-only", action="store_true", help="skip the no-change re-deploys")
     parser.add_argument("--repeat", type=int, default=1, help="no-change re-deploys; the fastest is reported")
     parser.add_argument("--keep-runs", type=Path, help="copy the run records (Ansible logs) into this directory")
+    parser.add_argument(
+        "--artifacts", type=Path, help="Enroot/Pyxis release sources: measure with the containers phase on"
+    )
     options = parser.parse_args()
-    base = measure(options.nodes, options.fresh_only, options.keep_runs, options.repeat)
+    base = measure(options.nodes, options.fresh_only, options.keep_runs, options.repeat, options.artifacts)
     report(options.nodes, *base)
     if options.compare:
-        other = measure(options.compare, options.fresh_only, options.keep_runs, options.repeat)
+        other = measure(options.compare, options.fresh_only, options.keep_runs, options.repeat, options.artifacts)
         report(options.compare, *other)
         print(f"fresh deploy {options.compare} / {options.nodes} nodes: {other[0] / base[0]:.2f} (target <= 1.6)")
 
