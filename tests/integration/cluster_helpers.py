@@ -34,6 +34,9 @@ SANDBOX_UP = ("sandbox", "up", "--name", CLUSTER, "--nodes", "3", "--gpus-per-no
     ("--artifacts", str(ARTIFACTS_DIR)) if ARTIFACTS_DIR is not None else ()
 )
 
+# The phases a full deploy of that spec runs, in order.
+PHASES = ["base", "nfs", "slurm"] + (["containers"] if ARTIFACTS_DIR is not None else []) + ["monitoring"]
+
 
 def gpuclus(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*GPUCLUS, *args], capture_output=True, text=True, timeout=timeout, check=False)

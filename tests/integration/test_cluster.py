@@ -13,7 +13,7 @@ import os
 import time
 
 import pytest
-from cluster_helpers import CLUSTER, GPU1, GPU2, HEAD, Cluster
+from cluster_helpers import CLUSTER, GPU1, GPU2, HEAD, PHASES, Cluster
 
 from gpuclus.ssh.client import CommandResult
 
@@ -34,7 +34,7 @@ def on(cluster: Cluster, node: str, command: str, *, check: bool = True) -> Comm
 
 def test_first_deploy_ran_every_phase(cluster: Cluster) -> None:
     first = cluster.first
-    assert [phase["name"] for phase in first["phases"]] == ["base", "nfs", "slurm", "monitoring"]
+    assert [phase["name"] for phase in first["phases"]] == PHASES
     assert first["status"] == "successful"
     assert first["changed"] > 0
 

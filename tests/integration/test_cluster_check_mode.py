@@ -10,11 +10,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from cluster_helpers import Cluster, gpuclus
+from cluster_helpers import PHASES, Cluster, gpuclus
 
 pytestmark = pytest.mark.integration
-
-PHASES = ["base", "nfs", "slurm", "monitoring"]
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_helpers import CLUSTER, GPU1, GPU2, GPUCLUS, HEAD, SANDBOX_UP, Cluster, gpuclus, run_log
+from cluster_helpers import CLUSTER, GPU1, GPU2, GPUCLUS, HEAD, PHASES, SANDBOX_UP, Cluster, gpuclus, run_log
 
 from gpuclus.state import StateDir
 
@@ -43,7 +43,7 @@ def sinfo_states(cluster: Cluster) -> dict[str, str]:
 
 
 def assert_controller_fully_deployed(cluster: Cluster, report: dict[str, Any]) -> None:
-    assert [phase["name"] for phase in report["phases"]] == ["base", "nfs", "slurm", "monitoring"]
+    assert [phase["name"] for phase in report["phases"]] == PHASES
     assert {failure["host"] for failure in report["failures"]} <= {GPU2, GPU3}, report["failures"]
     for host in (HEAD, GPU1):
         assert report["hosts"][host]["dark"] == 0 and report["hosts"][host]["failures"] == 0, report["hosts"]
