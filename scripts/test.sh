@@ -16,6 +16,11 @@ if ! command -v mksquashfs >/dev/null && [ "$(id -u)" -eq 0 ] && command -v apt-
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends squashfs-tools >/dev/null
 fi
 
+# The alert-rule and dashboard-query tests run Debian's promtool and a
+# throwaway Prometheus on this machine (unpacked, not installed).
+step "prometheus tools (promtool, prometheus)"
+bash scripts/prometheus_tools.sh
+
 step "ruff"
 ruff check src tests benchmarks
 ruff format --check src tests benchmarks
