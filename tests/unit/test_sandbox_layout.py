@@ -162,7 +162,9 @@ def test_sandbox_spec_is_valid_and_matches_the_layout(count: int, gpus: int) -> 
     assert [export.path for export in spec.nfs.exports] == [f"{NFS_VOLUME_MOUNT}/shared"]
     assert spec.nvidia.driver.install is False
     assert spec.nvidia.cuda.install is False
-    assert spec.monitoring.grafana is False
+    assert spec.monitoring.grafana is True
+    assert spec.monitoring.grafana_unavailable == "skip"
+    assert spec.monitoring.alertmanager is True
 
     assert [(node.name, node.address) for node in topology.nodes] == [
         (node.name, node.address) for node in layout.nodes

@@ -1176,7 +1176,11 @@ def test_monitoring_api_not_answering_fails_with_hint() -> None:
 
 def test_monitoring_off_in_the_spec_skips() -> None:
     remote = healthy_remote()
-    text = SANDBOX_SPEC.replace("  prometheus: true", "  prometheus: false")
+    text = (
+        SANDBOX_SPEC.replace("  prometheus: true", "  prometheus: false")
+        .replace("  grafana: true", "  grafana: false")
+        .replace("  alertmanager: true", "  alertmanager: false")
+    )
     outcome = monitoring.targets_up(context(remote, text))
     assert outcome.overall is Status.SKIP
     assert "monitoring.prometheus: false" in outcome.message

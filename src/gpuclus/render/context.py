@@ -71,7 +71,7 @@ def build_context(spec: ClusterSpec, topology: Topology, *, source_name: str, st
         "cluster": _cluster_vars(spec, topology, controller),
         "slurm": _slurm_vars(spec, topology),
         "nfs": _nfs_vars(spec, topology),
-        "monitoring": _monitoring_vars(spec, topology),
+        "monitoring": _monitoring_vars(spec, topology, state_dir=state_dir),
         "nvidia": _nvidia_vars(spec, topology),
         "containers": _containers_vars(spec, state_dir=state_dir),
     }
@@ -168,14 +168,42 @@ def _monitoring_server(spec: ClusterSpec, topology: Topology) -> Node | None:
     return topology.monitoring_server
 
 
-def _monitoring_vars(spec: ClusterSpec, topology: Topology) -> dict[str, Any]:
+def _monitoring_vars(spec: ClusterSpec, topology: Topology, *, state_dir: str) -> dict[str, Any]:
+    monitoring = spec.monitoring
     server = _monitoring_server(spec, topology)
+    receiver = monitoring.alert_receiver
     return {
-        "gpuclus_prometheus_install": spec.monitoring.prometheus,
-        "gpuclus_grafana_install": spec.monitoring.grafana,
+        "gpuclus_prometheus_install": monitoring.prometheus,
+        "gpuclus_grafana_install": monitoring.grafana,
+        "gpuclus_grafana_package": _from_output_dir(monitoring.grafana_package, state_dir=state_dir),
+        "gpuclus_grafana_unavailable": monitoring.grafana_unavailable,
+        "gpuclus_alertmanager_install": monitoring.alertmanager,
+        "gpuclus_alertmanager_receiver": {
+            "webhook_url": receiver.webhook_url if receiver else None,
+            "email_to": receiver.email_to if receiver else None,
+            "email_from": receiver.email_from if receiver else None,
+            "smarthost": receiver.smarthost if receiver else None,
+        },
         "gpuclus_monitoring_server": server.name if server else None,
         "gpuclus_monitoring_server_address": server.address if server else None,
     }
+
+
+def _from_output_dir(path: str | None, *, state_dir: str) -> str | None:
+    """A spec path on the control machine as the playbooks read it: relative to the output directory.
+
+    The spec's paths are absolute or relative to the spec's directory; the
+    playbooks resolve a relative one against the output directory (the one
+    holding inventory/). ``state_dir`` is the spec's .gpuclus/ relative to the
+    output directory, so the spec's directory is normpath(state_dir/..): an
+    absolute path is written as it is, a relative one as
+    normpath(<spec's directory>/<path>). Only strings are joined (posixpath),
+    nothing is looked up, so the text is the same on any machine.
+    """
+    if path is None or posixpath.isabs(path):
+        return path
+    spec_dir = posixpath.normpath(posixpath.join(state_dir, ".."))
+    return posixpath.normpath(posixpath.join(spec_dir, path))
 
 
 def _nvidia_vars(spec: ClusterSpec, topology: Topology) -> dict[str, Any]:
@@ -198,22 +226,13 @@ def _containers_vars(spec: ClusterSpec, *, state_dir: str) -> dict[str, Any]:
     """containers.yml: Enroot and Pyxis, with the spec's paths made relative to the output directory.
 
     The spec's paths on the machine running gpuclus (artifacts_dir,
-    credentials_file) are absolute or relative to the spec's directory; the
-    playbook resolves a relative one against the output directory (the one
-    holding inventory/). ``state_dir`` is the spec's .gpuclus/ relative to the
-    output directory, so the spec's directory is normpath(state_dir/..): an
-    absolute path is written as it is, a relative one as
-    normpath(<spec's directory>/<path>), and the control machine's cache as
-    normpath(state_dir/cache). Only strings are joined (posixpath), nothing is
-    looked up, so the text is the same on any machine.
+    credentials_file) go through _from_output_dir; the control machine's
+    cache is normpath(state_dir/cache).
     """
     containers = spec.containers
-    spec_dir = posixpath.normpath(posixpath.join(state_dir, ".."))
 
     def from_output_dir(path: str | None) -> str | None:
-        if path is None or posixpath.isabs(path):
-            return path
-        return posixpath.normpath(posixpath.join(spec_dir, path))
+        return _from_output_dir(path, state_dir=state_dir)
 
     users = containers.credentials_users or [spec.cluster.admin_user]
     return {

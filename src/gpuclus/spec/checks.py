@@ -486,18 +486,60 @@ def monitoring_nodes_multiple(view: SpecView) -> list[Finding]:
     ]
 
 
-@_check(("monitoring", "grafana"))
-def grafana(view: SpecView) -> list[Finding]:
-    if not view.spec.monitoring.grafana:
+@_check(("monitoring", "grafana_package"))
+def grafana_package_missing(view: SpecView) -> list[Finding]:
+    value = view.spec.monitoring.grafana_package
+    if value is None:
         return []
+    path = view.control_path(value)
+    if path.is_file():
+        return []
+    what = "does not exist" if not path.exists() else "is not a file"
     return [
-        warning(
-            "grafana-not-shipped",
-            "monitoring.grafana is true, but this version of gpuclus does not install Grafana yet",
-            ("monitoring", "grafana"),
-            hint="set grafana: false (Prometheus still runs) and install Grafana from its apt repository by hand",
+        error(
+            "grafana-package-missing",
+            f"monitoring.grafana_package {value!r} {what}",
+            ("monitoring", "grafana_package"),
+            hint=f"it resolves to {_shown(path)} (a relative path is relative to the spec's directory); "
+            "download Grafana's .deb or .rpm from grafana.com/grafana/download there, or fix the path",
         )
     ]
+
+
+@_check(("monitoring",))
+def monitoring_parts_unused(view: SpecView) -> list[Finding]:
+    """Settings that do nothing with the rest of the section as it is."""
+    monitoring = view.spec.monitoring
+    findings = []
+    if monitoring.grafana_package is not None and not monitoring.grafana:
+        findings.append(
+            warning(
+                "monitoring-setting-unused",
+                "monitoring.grafana_package is set but grafana is false",
+                ("monitoring", "grafana_package"),
+                hint="set grafana: true to install it, or remove grafana_package",
+            )
+        )
+    if monitoring.alert_receiver is not None and not monitoring.alertmanager:
+        findings.append(
+            warning(
+                "monitoring-setting-unused",
+                "monitoring.alert_receiver is set but alertmanager is false: no alert is sent",
+                ("monitoring", "alert_receiver"),
+                hint="set alertmanager: true",
+            )
+        )
+    for name in ("grafana", "alertmanager"):
+        if getattr(monitoring, name) and not monitoring.prometheus:
+            findings.append(
+                error(
+                    "monitoring-needs-prometheus",
+                    f"monitoring.{name} needs monitoring.prometheus (it reads Prometheus on the monitoring node)",
+                    ("monitoring", name),
+                    hint=f"set prometheus: true, or {name}: false",
+                )
+            )
+    return findings
 
 
 @_check(("containers",))
@@ -812,7 +854,9 @@ CODES: dict[str, tuple[Severity, str]] = {
     "credentials-file-open": (Severity.ERROR, "containers.credentials_file is readable by other users"),
     "credentials-file-grammar": (Severity.ERROR, "a line of containers.credentials_file Enroot cannot read"),
     "downloads-unverified": (Severity.ERROR, "Enroot and Pyxis downloaded without checksums"),
-    "grafana-not-shipped": (Severity.WARNING, "Grafana asked for; this version does not install it"),
+    "grafana-package-missing": (Severity.ERROR, "monitoring.grafana_package is not a file"),
+    "monitoring-setting-unused": (Severity.WARNING, "a monitoring setting that has no effect"),
+    "monitoring-needs-prometheus": (Severity.ERROR, "Grafana or Alertmanager without Prometheus"),
     "no-gpu-nodes": (Severity.INFO, "no node declares GPUs"),
     "fake-gpus-with-driver": (Severity.WARNING, "driver install on nodes with fake GPUs"),
     "cuda-without-driver": (Severity.INFO, "CUDA installed without the driver"),

@@ -12,7 +12,7 @@ import enum
 import unicodedata
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from gpuclus.spec.grammar import export_options_problem, export_path_problem
 
@@ -418,13 +418,86 @@ class Containers(_Model):
         return value
 
 
+# What lands in alertmanager.yml: an http(s) URL without spaces or quotes, a
+# plain e-mail address, a host:port. pydantic's regex engine (Rust's) matches
+# $ only at the very end, never before a trailing newline.
+WEBHOOK_URL_PATTERN = r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~%!$&()*+,;=:@/?#-]*)?$"
+EMAIL_PATTERN = r"^[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}$"
+SMARTHOST_PATTERN = r"^[A-Za-z0-9.-]+:[0-9]{1,5}$"
+
+
+class AlertReceiver(_Model):
+    webhook_url: str | None = Field(
+        default=None,
+        max_length=2048,
+        pattern=WEBHOOK_URL_PATTERN,
+        description="Alertmanager posts each alert group to this http(s) URL (e.g. a chat bridge).",
+    )
+    email_to: str | None = Field(
+        default=None, max_length=254, pattern=EMAIL_PATTERN, description="E-mail address alerts go to."
+    )
+    email_from: str | None = Field(
+        default=None, max_length=254, pattern=EMAIL_PATTERN, description="Sender address of alert e-mails."
+    )
+    smarthost: str | None = Field(
+        default=None,
+        max_length=260,
+        pattern=SMARTHOST_PATTERN,
+        description="SMTP relay as host:port (no authentication: a relay that accepts the cluster's mail).",
+    )
+
+    @model_validator(mode="after")
+    def _email_complete(self) -> AlertReceiver:
+        given = [name for name in ("email_to", "email_from", "smarthost") if getattr(self, name) is not None]
+        if given and len(given) < 3:
+            missing = [name for name in ("email_to", "email_from", "smarthost") if name not in given]
+            raise ValueError(f"e-mail alerts need email_to, email_from and smarthost; missing {', '.join(missing)}")
+        return self
+
+
 class Monitoring(_Model):
-    prometheus: bool = Field(default=True, description="Prometheus on the monitoring node, exporters everywhere.")
+    prometheus: bool = Field(
+        default=True,
+        description="Prometheus with gpuclus' alert rules on the monitoring node; the node exporter on every "
+        "node, Slurm metrics on the controller, GPU metrics on real GPU nodes.",
+    )
     grafana: bool = Field(
         default=False,
-        description="Grafana on the monitoring node. Not installed by this version of gpuclus yet "
-        "(it comes from Grafana's own apt repository); true gives a warning.",
+        description="Grafana on the monitoring node, from Grafana's package repository (or grafana_package), "
+        "with the Prometheus datasource and gpuclus' dashboards provisioned and a generated admin password "
+        "(.gpuclus/secrets/grafana_admin_password).",
     )
+    grafana_package: str | None = Field(
+        default=None,
+        description="A Grafana .deb or .rpm on the machine running gpuclus (absolute, or relative to the spec "
+        "file's directory), installed instead of Grafana's repository: for nodes without Internet access.",
+    )
+    grafana_unavailable: Literal["fail", "skip"] = Field(
+        default="fail",
+        description="When the nodes cannot reach Grafana's repository and no grafana_package is given: fail "
+        "the deploy (the default), or skip Grafana and say so (the sandbox, whose nodes reach no package "
+        "repository of Grafana).",
+    )
+    alertmanager: bool = Field(
+        default=False,
+        description="Prometheus Alertmanager (the distribution's package) on the monitoring node, sending the "
+        "alerts to alert_receiver.",
+    )
+    alert_receiver: AlertReceiver | None = Field(
+        default=None,
+        description="Where Alertmanager sends alerts: webhook_url, and/or e-mail (email_to, email_from, "
+        "smarthost). Without it alerts are only shown in Alertmanager's and Prometheus' web pages.",
+    )
+
+    @field_validator("grafana_package")
+    @classmethod
+    def _package_path(cls, value: str | None) -> str | None:
+        problem = None if value is None else control_path_problem(value)
+        if problem is None and value is not None and not value.endswith((".deb", ".rpm")):
+            problem = "is not a .deb or .rpm file name"
+        if problem:
+            raise ValueError(f"{value!r} {problem}")
+        return value
 
 
 class Network(_Model):
