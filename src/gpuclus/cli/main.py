@@ -27,6 +27,7 @@ from gpuclus.cli import render as render_cli
 from gpuclus.cli import runs as runs_cli
 from gpuclus.cli import sandbox as sandbox_cli
 from gpuclus.cli import spec as spec_cli
+from gpuclus.cli import status as status_cli
 from gpuclus.cli import validate as validate_cli
 from gpuclus.errors import ExitCode, GpuclusError
 from gpuclus.output import Output
@@ -79,6 +80,7 @@ app.command("plan", epilog=EPILOG)(plan_cli.plan)
 app.command("deploy", epilog=EPILOG)(deploy_cli.deploy)
 app.add_typer(runs_cli.runs_app, name="runs")
 app.command("validate", epilog=EPILOG)(validate_cli.validate)
+app.command("status", epilog=EPILOG)(status_cli.status)
 app.add_typer(image_cli.app, name="image")
 
 
