@@ -4,8 +4,9 @@ The sandbox's GPUs are fake, so no GPU exporter runs there and the
 integration test cannot give these panels data. Here a throwaway Prometheus
 2.42 (Debian's binary) holds synthetic series in dcgm-exporter's own names and
 labels (docs/monitoring.md): 2 nodes x 2 GPUs, sampled every 15 s for 30
-minutes, three GPUs held by Slurm jobs (hpc_job), one of them idle, and the
-faults the alert rules look for (a hot GPU, an XID, ECC errors). They are
+minutes, three GPUs held by Slurm jobs (hpc_job), one of them idle and shared
+by two jobs (one series per job, as both exporters write it), and the faults
+the alert rules look for (a hot GPU, an XID, ECC errors). They are
 written as OpenMetrics and turned into TSDB blocks with
 `promtool tsdb create-blocks-from openmetrics`.
 
@@ -34,8 +35,13 @@ STEP = 15  # seconds between samples, as Prometheus scrapes
 SAMPLES = 121  # 30 minutes, both ends included
 RANGE_STEP = 60
 
-# (node, gpu index) -> the Slurm job holding the GPU (None: free)
-GPUS = {("gpu01", 0): "101", ("gpu01", 1): None, ("gpu02", 0): "102", ("gpu02", 1): "102"}
+# (node, gpu index) -> the Slurm jobs holding the GPU (none: free)
+GPUS: dict[tuple[str, int], tuple[str, ...]] = {
+    ("gpu01", 0): ("101",),
+    ("gpu01", 1): (),
+    ("gpu02", 0): ("102",),
+    ("gpu02", 1): ("102", "103"),
+}
 MODEL = "NVIDIA H100 80GB HBM3"
 MEMORY_MIB = 81559
 
@@ -79,8 +85,9 @@ GPU_METRICS = [
 ]
 
 
-def labels(node: str, gpu: int) -> str:
-    """dcgm-exporter's labels (gpu01, scraped as job dcgm) or the nvidia-smi fallback's (gpu02, job node)."""
+def label_sets(node: str, gpu: int) -> list[str]:
+    """dcgm-exporter's labels (gpu01, scraped as job dcgm) or the nvidia-smi fallback's (gpu02, job node):
+    one set per job holding the GPU, with hpc_job, or one without."""
     pairs = {
         "gpu": str(gpu),
         "UUID": f"GPU-{list(GPUS).index((node, gpu)):08x}-5a1e-4c0d-9e57-{int(node[-2:]):012x}",
@@ -90,9 +97,8 @@ def labels(node: str, gpu: int) -> str:
         "instance": node,
         "job": "dcgm" if node == "gpu01" else "node",
     }
-    if GPUS[(node, gpu)]:
-        pairs["hpc_job"] = str(GPUS[(node, gpu)])
-    return ",".join(f'{name}="{text}"' for name, text in pairs.items())
+    sets = [{**pairs, "hpc_job": job} for job in GPUS[(node, gpu)]] or [pairs]
+    return [",".join(f'{name}="{text}"' for name, text in labels.items()) for labels in sets]
 
 
 def openmetrics(end: int) -> str:
@@ -102,8 +108,9 @@ def openmetrics(end: int) -> str:
     for metric in GPU_METRICS:
         lines.append(f"# TYPE {metric} gauge")
         for node, gpu in GPUS:
-            for step, at in enumerate(times):
-                lines.append(f"{metric}{{{labels(node, gpu)}}} {value(metric, node, gpu, step):g} {at}")
+            for labels in label_sets(node, gpu):
+                for step, at in enumerate(times):
+                    lines.append(f"{metric}{{{labels}}} {value(metric, node, gpu, step):g} {at}")
     lines.append("# TYPE gpuclus_gpu_metrics_info gauge")
     for node, source, job in (("gpu01", "dcgm", "dcgm"), ("gpu02", "nvidia-smi", "node")):
         for at in times:
@@ -169,7 +176,7 @@ def test_the_synthetic_series_are_what_dcgm_exporter_writes(synthetic: Synthetic
     names = {row["metric"]["__name__"] for row in synthetic.instant('{__name__=~"DCGM_.*|gpuclus_gpu_.*"}')}  # type: ignore[index]
     contract = promql_queries.contract_metrics()
     assert names == {name for name in contract if name.startswith(("DCGM_", "gpuclus_gpu_"))}
-    assert len(synthetic.instant("DCGM_FI_DEV_GPU_UTIL")) == 4
+    assert len(synthetic.instant("DCGM_FI_DEV_GPU_UTIL")) == 5, "4 GPUs, one of them in two jobs"
 
 
 def test_every_gpu_dashboard_query_returns_data(synthetic: Synthetic) -> None:
@@ -221,14 +228,18 @@ def panel(title: str, ref: str = "A") -> str:
 
 
 def test_the_panels_show_the_right_figures(synthetic: Synthetic) -> None:
+    # Each GPU once, also the one two jobs share.
     assert numbers(synthetic.instant(panel("GPUs reporting")), "") == {"": 4.0}
     assert numbers(synthetic.instant(panel("GPUs in Slurm jobs")), "") == {"": 3.0}
     assert numbers(synthetic.instant(panel("GPUs with an XID error")), "") == {"": 1.0}
     assert numbers(synthetic.instant(panel("Hottest GPU")), "") == {"": 91.0}
+    power = sum(value("DCGM_FI_DEV_POWER_USAGE", node, gpu, SAMPLES - 1) for node, gpu in GPUS)
+    assert numbers(synthetic.instant(panel("Power draw")), "") == {"": pytest.approx(power)}
     per_job = numbers(synthetic.instant(panel("GPU memory used by job")), "hpc_job")
-    assert per_job == {"101": 61234.0, "102": 41234.0}
+    assert per_job == {"101": 61234.0, "102": 41234.0, "103": 1024.0}
     idle = synthetic.instant(panel("Idle GPUs in jobs"))
-    assert [(row["metric"]["instance"], row["metric"]["gpu"]) for row in idle] == [("gpu02", "1")]  # type: ignore[index]
+    seen = sorted((row["metric"]["instance"], row["metric"]["gpu"], row["metric"]["hpc_job"]) for row in idle)  # type: ignore[index]
+    assert seen == [("gpu02", "1", "102"), ("gpu02", "1", "103")]
     sources = numbers(synthetic.instant(panel("GPU metric sources")), "source")
     assert sources == {"dcgm": 1.0, "nvidia-smi": 1.0}
     used = numbers(synthetic.instant(panel("GPU memory used (share)")), "gpu")
