@@ -235,6 +235,8 @@ def test_the_panels_show_the_right_figures(synthetic: Synthetic) -> None:
     assert numbers(synthetic.instant(panel("Hottest GPU")), "") == {"": 91.0}
     power = sum(value("DCGM_FI_DEV_POWER_USAGE", node, gpu, SAMPLES - 1) for node, gpu in GPUS)
     assert numbers(synthetic.instant(panel("Power draw")), "") == {"": pytest.approx(power)}
+    for title in ("GPU utilization", "GPU memory used (share)", "Temperature", "XID errors"):
+        assert len(synthetic.instant(panel(title))) == 4, f"{title}: one line per GPU"
     per_job = numbers(synthetic.instant(panel("GPU memory used by job")), "hpc_job")
     assert per_job == {"101": 61234.0, "102": 41234.0, "103": 1024.0}
     idle = synthetic.instant(panel("Idle GPUs in jobs"))
