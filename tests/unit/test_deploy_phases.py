@@ -125,7 +125,7 @@ def test_containers_phase(containers: str | None, wanted: bool) -> None:
     [
         ("{prometheus: false, grafana: false}", False),
         ("{prometheus: true, grafana: false}", True),
-        ("{prometheus: false, grafana: true}", True),
+        ("{prometheus: true, grafana: true, alertmanager: true}", True),
     ],
 )
 def test_monitoring_phase(monitoring: str, wanted: bool) -> None:
