@@ -317,8 +317,10 @@ def _print_summary(out: Output, record: Any, seconds: float) -> None:
         return
     if record.status == "successful":
         out.result(f"[green]✓[/] deploy {record.id}: {changed} changed in {seconds:.0f} s ({phases})")
+        _print_notices(out, record)
         _print_reboots(out, record)
         return
+    _print_notices(out, record)
     _print_reboots(out, record)
     failed = record.failed_hosts()
     out.result(f"[red]✗[/] deploy {record.id} {record.status} after {seconds:.0f} s ({phases})")
@@ -330,6 +332,15 @@ def _print_summary(out: Output, record: Any, seconds: float) -> None:
     if failed:
         retry = gpuclus_command("deploy", record.spec, "--retry-failed")
         out.result(f"  failed or unreachable: {escape(', '.join(failed))} — fix, then `{escape(retry)}`")
+
+
+def _print_notices(out: Output, record: Any) -> None:
+    """What roles left undone on purpose, one line per text with the hosts it concerns."""
+    hosts_by_text: dict[str, list[str]] = {}
+    for notice in record.notices:
+        hosts_by_text.setdefault(notice.text, []).append(notice.host)
+    for text, hosts in hosts_by_text.items():
+        out.result(f"  [yellow]note[/] {escape(hostlist.compress(sorted(hosts)))}: {escape(text)}")
 
 
 def _print_reboots(out: Output, record: Any) -> None:

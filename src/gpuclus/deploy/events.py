@@ -51,6 +51,9 @@ class HostResult:
     # What the nvidia_reboot role said of the host: "pending" (its new driver loads only after a
     # reboot, which this run was not allowed to do) or "done" (rebooted once, driver loaded).
     reboot: str = ""
+    # What a role asked to tell the admin about this host (a fact named <role>_notice, e.g.
+    # grafana_notice "Grafana skipped: ..."): a thing not done on purpose, which no status shows.
+    notice: str = ""
 
     @property
     def counts_changed(self) -> bool:
@@ -118,6 +121,7 @@ class EventTranslator:
                 changed_anyway=status == "failed" and changed,
                 diff=result_diff(result) if status == "changed" else "",
                 reboot=reboot_report(result) if status in {"ok", "changed"} else "",
+                notice=notice_text(result) if status in {"ok", "changed"} else "",
             )
         if kind == "playbook_on_stats":
             per_host: dict[str, dict[str, int]] = {}
@@ -138,6 +142,25 @@ def reboot_report(result: Any) -> str:
     if not isinstance(facts, dict):
         return ""
     return next((word for name, word in REBOOT_FACTS if facts.get(name) in (True, "true", "True")), "")
+
+
+# Longest notice kept: a sentence or two, never a dump.
+NOTICE_CHARS = 300
+
+
+def notice_text(result: Any) -> str:
+    """The text of a fact named <role>_notice that the result sets, or ''.
+
+    Roles set one (ansible.builtin.set_fact) to say what they left undone on
+    purpose, such as Grafana skipped where its repository is out of reach; the
+    deploy summary and the run record repeat it per host.
+    """
+    facts = result.get("ansible_facts") if isinstance(result, dict) else None
+    if not isinstance(facts, dict):
+        return ""
+    texts = [str(value).strip() for name, value in sorted(facts.items()) if name.endswith("_notice") and value]
+    text = " ".join(" ".join(texts).split())
+    return text if len(text) <= NOTICE_CHARS else text[: NOTICE_CHARS - 1] + "…"
 
 
 def _changed(result: Any, raw: dict[str, Any]) -> bool:

@@ -41,6 +41,13 @@ class Failure:
 
 
 @dataclass
+class Notice:
+    host: str
+    phase: str | None
+    text: str
+
+
+@dataclass
 class Interruption:
     """Where a run was when it was stopped (Ctrl-C, SIGTERM): what may be half done."""
 
@@ -77,6 +84,8 @@ class RunRecord:
     # and nodes this run rebooted to load it.
     reboot_pending: list[str] = field(default_factory=list)
     rebooted: list[str] = field(default_factory=list)
+    # What roles said they left undone on purpose (HostResult.notice), once per host and text.
+    notices: list[Notice] = field(default_factory=list)
 
     @property
     def seconds(self) -> float:
@@ -105,6 +114,7 @@ class RunRecord:
         known = {key: data[key] for key in cls.__dataclass_fields__ if key in data}
         known["phases"] = [PhaseRecord(**phase) for phase in data.get("phases", [])]
         known["failures"] = [Failure(**failure) for failure in data.get("failures", [])]
+        known["notices"] = [Notice(**notice) for notice in data.get("notices", [])]
         if isinstance(data.get("interrupted"), dict):
             known["interrupted"] = Interruption(**data["interrupted"])
         return cls(**known)
@@ -142,6 +152,8 @@ class RecordBuilder:
             self._busy.pop(event.host, None)
             if event.reboot:
                 self._note_reboot(event.host, event.reboot)
+            if event.notice and not any((n.host, n.text) == (event.host, event.notice) for n in self.record.notices):
+                self.record.notices.append(Notice(event.host, event.phase, event.notice))
             # As Ansible's recap counts (handlers and no_log results included), so the
             # phases' changed add up to the recap's.
             if event.counts_changed and self.current is not None:
