@@ -13,7 +13,9 @@ exactly the collector's argv:
 - draining: as busy, the node drained with the reason `GPU "1" fell off\\bus`;
 - drained: the running jobs cancelled, the pending ones left;
 - not_responding: slurmd stopped on the node, a minute later;
-- down: the same, after SlurmdTimeout (Slurm's own reason "Not responding").
+- down: the same, after SlurmdTimeout (Slurm's own reason "Not responding");
+- mixed: slurmctld restarted (the runtime partitions gone: gpu only), slurmd
+  back, one job `-c 1 --gres=gpu:1` running on the 2-CPU node.
 
 The exposition text is parsed back here (escapes included) and checked
 against docs/monitoring.md's table, and with promtool where it is available.
@@ -40,7 +42,7 @@ from prometheus_tools import require
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "roles" / "slurm_metrics" / "files" / "slurm_metrics.py"
 DATA = Path(__file__).resolve().parent / "data" / "slurm_metrics"
-SCENARIOS = ("idle", "busy", "draining", "drained", "not_responding", "down")
+SCENARIOS = ("idle", "busy", "draining", "drained", "not_responding", "down", "mixed")
 NODE = "slm-gpu01"
 MIB = 1024 * 1024
 
@@ -242,6 +244,16 @@ def test_a_node_whose_slurmd_stopped_is_not_responding_then_down(collector: Modu
     assert one(samples, "slurm_node_not_responding", node=NODE) == 1
     assert series(samples, "slurm_node_reason_info") == {frozenset({("node", NODE), ("reason", "Not responding")}): 1}
     assert one(samples, "slurm_partition_nodes", partition="debug", state="down") == 1
+
+
+def test_a_node_with_part_of_its_cpus_allocated_is_mixed(collector: ModuleType) -> None:
+    samples = parse(exposition(collector, "mixed"))
+    assert series(samples, "slurm_node_state") == {frozenset({("node", NODE), ("state", "mixed")}): 1}
+    assert one(samples, "slurm_node_cpus", node=NODE, status="alloc") == 1
+    assert one(samples, "slurm_node_gpus", node=NODE, status="alloc") == 1
+    assert one(samples, "slurm_partition_nodes", partition="gpu", state="mixed") == 1
+    assert series(samples, "slurm_user_gpus") == {frozenset({("user", "gpuclus"), ("account", "research")}): 1}
+    assert {dict(labels)["partition"] for labels in series(samples, "slurm_jobs")} == {"gpu"}
 
 
 def test_sdiag_figures(collector: ModuleType) -> None:
