@@ -138,7 +138,8 @@ def count(text: str) -> int:
     match = re.fullmatch(r"(\d+)([KMGT]?)", text.strip())
     if match is None:
         return 0
-    return int(match.group(1)) * 1024 ** " KMGT".index(match.group(2) or " ")
+    scale: int = 1024 ** " KMGT".index(match.group(2) or " ")
+    return int(match.group(1)) * scale
 
 
 def split_top_level(text: str) -> list[str]:
