@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from validate_stubs import (
     COMPUTE,
+    CONTROLLER_NOW,
     GPU01,
     GPU02,
     GRES_PROBE_HEALTHY,
@@ -31,6 +32,7 @@ from validate_stubs import (
     HEAD,
     MUNGE_CREDENTIAL,
     NO_ROUTE,
+    NODE_EXPORTER_HEAD,
     NODES_HEALTHY,
     PARTITIONS,
     PING_DOWN,
@@ -47,6 +49,7 @@ from validate_stubs import (
     Answer,
     StubRemote,
     context,
+    controller_metrics,
     fail,
     healthy_remote,
     in_turn,
@@ -1188,6 +1191,52 @@ def test_monitoring_off_in_the_spec_skips() -> None:
 
 
 # =====================================================================================
+# monitoring.slurm_metrics (pages built by roles/slurm_metrics' collector from captured Slurm output)
+# =====================================================================================
+
+
+def test_fresh_slurm_metrics_pass_with_their_age() -> None:
+    remote = healthy_remote()
+    outcome = monitoring.slurm_metrics(context(remote))
+    (row,) = outcome.nodes
+    assert (row.node, row.status, row.value, row.unit) == (HEAD, Status.PASS, 12, "s")
+    assert row.message == "slurm_up 1, collected 12 s ago in 0.07 s"
+    (command,) = remote.matching("date +%s; curl")
+    assert "http://10.213.0.10:9100/metrics" in command
+
+
+@pytest.mark.parametrize(
+    ("answer", "value", "words"),
+    [
+        (controller_metrics(age_s=400), 400, "last successful collection 400 s ago"),
+        (controller_metrics(slurm_answers=False), "slurm_up 0", "could not reach slurmctld"),
+        (ok(f"{CONTROLLER_NOW}\n{NODE_EXPORTER_HEAD}"), "absent", "no slurm_* series"),
+        (CommandResult(7, "", "curl: (7) Failed to connect"), "no answer", "did not answer"),
+    ],
+)
+def test_stale_or_missing_slurm_metrics_fail_naming_the_controller(
+    answer: CommandResult, value: Any, words: str
+) -> None:
+    remote = healthy_remote().prefer("date +%s; curl", answer)
+    outcome = monitoring.slurm_metrics(context(remote))
+    (row,) = outcome.nodes
+    assert (row.node, row.status, row.value) == (HEAD, Status.FAIL, value)
+    assert words in row.message
+    assert outcome.hint and HEAD in outcome.hint
+
+
+def test_slurm_metrics_skip_with_prometheus_off() -> None:
+    remote = healthy_remote()
+    text = (
+        SANDBOX_SPEC.replace("  prometheus: true", "  prometheus: false")
+        .replace("  grafana: true", "  grafana: false")
+        .replace("  alertmanager: true", "  alertmanager: false")
+    )
+    assert monitoring.slurm_metrics(context(remote, text)).overall is Status.SKIP
+    assert remote.commands == []
+
+
+# =====================================================================================
 # containers.pyxis
 # =====================================================================================
 
@@ -1566,6 +1615,7 @@ def test_registry_ids_are_unique_and_in_stage_order() -> None:
         "containers.pyxis",
         "accounting.sacct",
         "monitoring.targets",
+        "monitoring.slurm_metrics",
     ]
     # What must work without Slurm does not depend on it.
     assert {c.id for c in checks if not c.needs_slurm} == {
@@ -1573,6 +1623,7 @@ def test_registry_ids_are_unique_and_in_stage_order() -> None:
         "launch.munge",
         "storage.shared-fs",
         "monitoring.targets",
+        "monitoring.slurm_metrics",
     }
 
 

@@ -10,11 +10,14 @@ builds every srun/ssh line as in production, and the tests can assert on them.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shlex
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from gpuclus.sandbox.layout import sandbox_layout, sandbox_spec_text
 from gpuclus.spec.load import LoadedSpec, load_spec_text
@@ -185,6 +188,47 @@ READ_LIBNFS_DENIED = fail(
 )
 READ_NOT_NFS = fail(3, "via=none fstype=ext4\n")
 TARGETS_HEALTHY = fixture("prometheus_targets_healthy.json")
+# The first lines of the head's node exporter page (recorded on a deployed sandbox).
+NODE_EXPORTER_HEAD = fixture("node_exporter_head.txt")
+SLURM_COLLECTOR = Path(__file__).resolve().parents[2] / "roles" / "slurm_metrics" / "files" / "slurm_metrics.py"
+SLURM_CAPTURES = Path(__file__).resolve().parent / "data" / "slurm_metrics"
+# The controller's clock when validate asks (`date +%s` comes first in the answer).
+CONTROLLER_NOW = 1795526723
+
+
+def controller_metrics(age_s: float = 12, *, slurm_answers: bool = True, scenario: str = "idle") -> CommandResult:
+    """The controller's answer to monitoring.slurm_metrics: its clock, then its node exporter's page.
+
+    The slurm_* part is what roles/slurm_metrics' own collector writes from
+    Slurm output captured on a sandbox (tests/unit/data/slurm_metrics/), last
+    successful ``age_s`` seconds before CONTROLLER_NOW.
+    """
+    collector = _slurm_collector()
+    files = {
+        tuple(collector.NODES_COMMAND): "nodes.txt",
+        tuple(collector.PARTITIONS_COMMAND): "partitions.txt",
+        tuple(collector.JOBS_COMMAND): "jobs.txt",
+        tuple(collector.SDIAG_COMMAND): "sdiag.txt",
+    }
+    snapshot = (
+        collector.collect(lambda argv: (SLURM_CAPTURES / scenario / files[tuple(argv)]).read_text())
+        if slurm_answers
+        else None
+    )
+    page = collector.render(snapshot, 0.07, CONTROLLER_NOW - age_s)
+    return ok(f"{CONTROLLER_NOW}\n{NODE_EXPORTER_HEAD}{page}")
+
+
+def _slurm_collector() -> Any:
+    if "slurm_metrics" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("slurm_metrics", SLURM_COLLECTOR)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["slurm_metrics"] = module  # its dataclasses look their module up
+        spec.loader.exec_module(module)
+    return sys.modules["slurm_metrics"]
+
+
 NO_ROUTE = 'Get "http://10.213.0.12:9100/metrics": dial tcp 10.213.0.12:9100: connect: no route to host'
 SACCT_RUN = fixture("sacct_run.txt")
 
@@ -230,6 +274,7 @@ def healthy_remote() -> StubRemote:
         ("sacct --noheader", sacct_for(remote)),
         (("srun", "sh -c true"), ok()),
         ("api/v1/targets", ok(TARGETS_HEALTHY)),
+        ("date +%s; curl", controller_metrics()),
         ("%{http_code}", ok("200")),
         ("scancel --name=", ok()),
     ]

@@ -110,6 +110,96 @@ def _describe(http_code: str) -> str:
     return f"scraping it now gives HTTP {http_code}"
 
 
+# The controller's collector runs every 30 s (roles/slurm_metrics); three
+# missed runs mean its timer or slurmctld is in trouble.
+SLURM_METRICS_MAX_AGE_S = 90
+NODE_EXPORTER_PORT = 9100
+_SLURM_SERIES = ("slurm_up", "slurm_collector_last_success_timestamp_seconds", "slurm_collector_duration_seconds")
+
+
+def slurm_metrics(ctx: Context) -> Outcome:
+    """The controller's node exporter serves the Slurm collector's series, fresh, with slurmctld answering."""
+    if not ctx.spec.monitoring.prometheus:
+        return skipped("Prometheus is off in the spec (monitoring.prometheus: false)")
+    controller = ctx.controller
+    url = f"http://{controller.address}:{NODE_EXPORTER_PORT}/metrics"
+    # The controller's clock judges the age, so a skewed control machine does not.
+    answer = ctx.run(f"date +%s; curl -fsS --max-time 10 {shlex.quote(url)}", timeout=30)
+    lines = answer.stdout.splitlines()
+    values = _series_values(lines[1:], _SLURM_SERIES)
+    hint = (
+        f"on {controller.name}: `systemctl status gpuclus-slurm-metrics.timer gpuclus-slurm-metrics.service`, "
+        "`journalctl -u gpuclus-slurm-metrics`; `gpuclus deploy --only monitoring` sets it up"
+    )
+    if answer.exit_status != 0 or not lines:
+        return Outcome(
+            [NodeResult(controller.name, Status.FAIL, f"{url} did not answer", "no answer", "slurm_up 1")],
+            hint=f"on {controller.name}: `systemctl status prometheus-node-exporter` (port {NODE_EXPORTER_PORT})",
+        )
+    if "slurm_up" not in values:
+        return Outcome(
+            [
+                NodeResult(
+                    controller.name, Status.FAIL, "the node exporter serves no slurm_* series", "absent", "slurm_up 1"
+                )
+            ],
+            hint=hint,
+        )
+    now = float(lines[0]) if lines[0].strip().isdigit() else None
+    last = values.get("slurm_collector_last_success_timestamp_seconds")
+    age = None if now is None or last is None else max(0.0, now - last)
+    took = values.get("slurm_collector_duration_seconds")
+    if values["slurm_up"] != 1:
+        return Outcome(
+            [
+                NodeResult(
+                    controller.name, Status.FAIL, "the collector could not reach slurmctld", "slurm_up 0", "slurm_up 1"
+                )
+            ],
+            hint=f"on {controller.name}: `systemctl status slurmctld`; then {hint}",
+        )
+    if age is None or age > SLURM_METRICS_MAX_AGE_S:
+        shown = "never" if age is None else f"{age:.0f} s ago"
+        return Outcome(
+            [
+                NodeResult(
+                    controller.name,
+                    Status.FAIL,
+                    f"last successful collection {shown} (the timer runs every 30 s)",
+                    round(age) if age is not None else "never",
+                    f"<= {SLURM_METRICS_MAX_AGE_S}",
+                    "s",
+                )
+            ],
+            hint=hint,
+        )
+    message = f"slurm_up 1, collected {age:.0f} s ago" + (f" in {took:.2f} s" if took is not None else "")
+    return Outcome(
+        [NodeResult(controller.name, Status.PASS, message, round(age), f"<= {SLURM_METRICS_MAX_AGE_S}", "s")],
+        message=f"{sum(1 for line in lines if line.startswith('slurm_'))} slurm_* samples on {controller.name}",
+    )
+
+
+def _series_values(lines: list[str], names: tuple[str, ...]) -> dict[str, float]:
+    """The value of each unlabelled series in ``names`` from a /metrics page."""
+    found: dict[str, float] = {}
+    for line in lines:
+        name, _, rest = line.partition(" ")
+        if name in names:
+            try:
+                found[name] = float(rest.split()[0])
+            except (IndexError, ValueError):
+                continue
+    return found
+
+
 CHECKS = [
     Check("monitoring.targets", Level.QUICK, "every Prometheus target is up", targets_up, needs_slurm=False),
+    Check(
+        "monitoring.slurm_metrics",
+        Level.QUICK,
+        "the controller's Slurm metrics are fresh and slurmctld answers them",
+        slurm_metrics,
+        needs_slurm=False,
+    ),
 ]
