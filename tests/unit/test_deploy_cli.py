@@ -61,6 +61,7 @@ RECORD_KEYS = {
     "kind",
     "reboot_pending",
     "rebooted",
+    "notices",
     "started_at",
     "gpuclus_version",
     "status",
