@@ -33,7 +33,7 @@ if compgen -G "roles/*/tasks/main.yml" >/dev/null; then
   ansible-lint
 fi
 step "pytest"
-pytest
+pytest --durations=25
 # Each role alone on sandbox nodes (munge, slurm, nfs, prometheus; nvidia:
 # Debian's real driver packages on a node where no module can load), then the
 # 3-node cluster with every phase: converge, idempotence, verify each time.

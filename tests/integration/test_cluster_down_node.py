@@ -54,6 +54,22 @@ def assert_controller_fully_deployed(cluster: Cluster, report: dict[str, Any]) -
     assert health[HEAD] == "up" and health[GPU1] == "up"
 
 
+def assert_status_names_the_stopped_node(cluster: Cluster) -> None:
+    """`gpuclus status` with GPU2 stopped: exit 1, GPU2 unreachable, the rest of the cluster still shown."""
+    result = gpuclus("status", str(cluster.spec), "--json", timeout=120)
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert report["ok"] is False
+    reachable = {node["name"]: node["reachable"] for node in report["nodes"]}
+    assert reachable == {HEAD: True, GPU1: True, GPU2: False}, reachable
+    assert any(p["kind"] == "unreachable" and p["subject"] == GPU2 for p in report["problems"]), report["problems"]
+    assert not [p for p in report["problems"] if GPU2 not in p["subject"] and GPU2 not in p["message"]], report[
+        "problems"
+    ]
+    states = {(s["node"], s["unit"]): s["state"] for s in report["services"]}
+    assert states[(HEAD, "slurmctld")] == "active" and states[(GPU1, "slurmd")] == "active", states
+
+
 def retry_the_node_brought_back(cluster: Cluster) -> None:
     """GPU2 started again (sandbox up), then `--retry-failed` deploys exactly it."""
     up = gpuclus(*SANDBOX_UP, "--spec", str(cluster.spec))
@@ -82,6 +98,7 @@ def test_a_stopped_compute_node_is_left_out_and_the_rest_deployed(cluster: Clust
         assert_controller_fully_deployed(cluster, report)
         # The down node keeps its line: slurm.conf did not change, nothing restarted.
         assert report["changed"] == 0, report["hosts"]
+        assert_status_names_the_stopped_node(cluster)
 
         # A new entry for a node that is not up yet: defined FUTURE, the rest deployed.
         grown = cluster.spec.with_name("grown.yaml")
