@@ -18,7 +18,7 @@ DEFAULT_SPEC = Path("cluster.yaml")
 SANDBOX_SPEC = Path("sandbox.yaml")
 
 # Commands whose first argument is the spec (`gpuclus deploy [FILE]`).
-_POSITIONAL = frozenset({"deploy", "preflight", "plan", "validate", "render"})
+_POSITIONAL = frozenset({"deploy", "preflight", "plan", "validate", "render", "status"})
 # Command groups that take it as --spec (`gpuclus runs list --spec FILE`, `gpuclus sandbox up --spec FILE`).
 _OPTION = frozenset({"runs", "sandbox"})
 _SPEC_SUFFIXES = (".yaml", ".yml")
