@@ -1177,13 +1177,17 @@ def test_monitoring_api_not_answering_fails_with_hint() -> None:
     assert remote.matching("%{http_code}") == []
 
 
+# Prometheus off, and with it what reads it (a spec with Grafana or Alertmanager alone is refused).
+MONITORING_OFF_SPEC = (
+    SANDBOX_SPEC.replace("  prometheus: true", "  prometheus: false")
+    .replace("  grafana: true", "  grafana: false")
+    .replace("  alertmanager: true", "  alertmanager: false")
+)
+
+
 def test_monitoring_off_in_the_spec_skips() -> None:
     remote = healthy_remote()
-    text = (
-        SANDBOX_SPEC.replace("  prometheus: true", "  prometheus: false")
-        .replace("  grafana: true", "  grafana: false")
-        .replace("  alertmanager: true", "  alertmanager: false")
-    )
+    text = MONITORING_OFF_SPEC
     outcome = monitoring.targets_up(context(remote, text))
     assert outcome.overall is Status.SKIP
     assert "monitoring.prometheus: false" in outcome.message
@@ -1227,11 +1231,7 @@ def test_stale_or_missing_slurm_metrics_fail_naming_the_controller(
 
 def test_slurm_metrics_skip_with_prometheus_off() -> None:
     remote = healthy_remote()
-    text = (
-        SANDBOX_SPEC.replace("  prometheus: true", "  prometheus: false")
-        .replace("  grafana: true", "  grafana: false")
-        .replace("  alertmanager: true", "  alertmanager: false")
-    )
+    text = MONITORING_OFF_SPEC
     assert monitoring.slurm_metrics(context(remote, text)).overall is Status.SKIP
     assert remote.commands == []
 
