@@ -39,6 +39,7 @@ MUST_PASS = {
     "storage.shared-fs",
     "accounting.sacct",
     "monitoring.targets",
+    "monitoring.slurm_metrics",
 } | ({"containers.pyxis"} if ARTIFACTS_DIR is not None else set())
 # Without the artifacts directory the sandbox has no containers phase: Pyxis is off in its spec.
 ALLOWED_SKIPS = {"gpu.nvidia-smi", "gpu.isolation", "gpu.driver", "launch.mpi"} | (

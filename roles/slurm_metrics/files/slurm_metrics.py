@@ -622,8 +622,11 @@ def write_atomically(path: Path, text: str) -> None:
         os.close(directory)
 
 
-def run_once(output: Path, run: Runner, clock: Callable[[], float] = time.time) -> bool:
-    """One collection written to output; True when slurmctld answered."""
+def collect_text(run: Runner, last_success: Callable[[], float | None], clock: Callable[[], float]) -> tuple[str, bool]:
+    """One collection as exposition text, and whether slurmctld answered.
+
+    ``last_success`` gives the previous success's time, asked only when slurmctld does not answer.
+    """
     started = time.monotonic()
     try:
         snapshot: Snapshot | None = collect(run)
@@ -631,9 +634,15 @@ def run_once(output: Path, run: Runner, clock: Callable[[], float] = time.time) 
         print(f"slurm-metrics: slurmctld did not answer: {error}", file=sys.stderr)
         snapshot = None
     duration = time.monotonic() - started
-    last_success = clock() if snapshot is not None else previous_success(output)
-    write_atomically(output, render(snapshot, duration, last_success))
-    return snapshot is not None
+    stamp = clock() if snapshot is not None else last_success()
+    return render(snapshot, duration, stamp), snapshot is not None
+
+
+def run_once(output: Path, run: Runner, clock: Callable[[], float] = time.time) -> bool:
+    """One collection written to output; True when slurmctld answered."""
+    text, answered = collect_text(run, lambda: previous_success(output), clock)
+    write_atomically(output, text)
+    return answered
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -649,13 +658,8 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     run = command_runner(options.timeout)
     if options.stdout:
-        started = time.monotonic()
-        try:
-            snapshot: Snapshot | None = collect(run)
-        except CommandFailed as error:
-            print(f"slurm-metrics: slurmctld did not answer: {error}", file=sys.stderr)
-            snapshot = None
-        sys.stdout.write(render(snapshot, time.monotonic() - started, time.time() if snapshot else None))
+        text, _answered = collect_text(run, lambda: None, time.time)
+        sys.stdout.write(text)
         return 0
     run_once(options.output, run)
     return 0
