@@ -34,10 +34,10 @@ if compgen -G "roles/*/tasks/main.yml" >/dev/null; then
 fi
 step "pytest"
 pytest --durations=25
-# Each role alone on sandbox nodes (munge, slurm, nfs, prometheus; nvidia:
+# Each role alone on sandbox nodes (munge + slurm, nfs, prometheus; nvidia:
 # Debian's real driver packages on a node where no module can load), then the
 # 3-node cluster with every phase: converge, idempotence, verify each time.
-for scenario in munge slurm nfs prometheus nvidia enroot cluster; do
+for scenario in slurm nfs prometheus nvidia enroot cluster; do
   step "molecule $scenario (converge, idempotence, verify)"
   molecule test -s "$scenario"
 done
