@@ -374,3 +374,19 @@ def test_the_role_files_exist() -> None:
     for name in ("README.md", "defaults/main.yml", "meta/argument_specs.yml", "files/gpu_metrics.py"):
         assert (base / name).is_file(), name
     assert re.search(r"^#!/usr/bin/python3$", (base / "files" / "gpu_metrics.py").read_text(), re.MULTILINE)
+
+
+def test_the_specs_exporter_package_is_read_next_to_the_inventory(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    (out / "inventory").mkdir(parents=True)
+    relative = templar(
+        "real01",
+        dcgm=True,
+        gpuclus_dcgm_exporter_package="../pkgs/datacenter-gpu-manager-exporter_4.1.1-1_amd64.deb",
+        inventory_dir=str(out / "inventory"),
+    )
+    wanted_file = tmp_path / "pkgs" / "datacenter-gpu-manager-exporter_4.1.1-1_amd64.deb"
+    assert value(relative, "gpu_metrics_dcgm_exporter_package") == str(wanted_file)
+    absolute = templar("real01", dcgm=True, gpuclus_dcgm_exporter_package="/srv/exporter.deb")
+    assert value(absolute, "gpu_metrics_dcgm_exporter_package") == "/srv/exporter.deb"
+    assert value(templar("real01", dcgm=True), "gpu_metrics_dcgm_exporter_package") is None

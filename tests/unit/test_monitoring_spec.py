@@ -98,3 +98,13 @@ def test_rendered_receiver_and_package_path(tmp_path: Path) -> None:
         "email_from": None,
         "smarthost": None,
     }
+
+
+def test_the_dcgm_exporter_package_is_rendered_relative_and_warned_about_without_dcgm(tmp_path: Path) -> None:
+    (tmp_path / "dl").mkdir()
+    (tmp_path / "dl" / "exporter.deb").write_bytes(b"!<arch>\n")
+    loaded = _load(tmp_path, "  dcgm_exporter_package: dl/exporter.deb\n")
+    assert _codes(loaded) == [("monitoring-setting-unused", FIRST_LINE, "monitoring.dcgm_exporter_package")]
+    assert loaded.spec is not None and loaded.topology is not None
+    context = build_context(loaded.spec, loaded.topology, source_name="cluster.yaml", state_dir="../.gpuclus")
+    assert context["group_vars"]["monitoring"]["gpuclus_dcgm_exporter_package"] == "../dl/exporter.deb"

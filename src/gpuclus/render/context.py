@@ -177,6 +177,7 @@ def _monitoring_vars(spec: ClusterSpec, topology: Topology, *, state_dir: str) -
         "gpuclus_grafana_install": monitoring.grafana,
         "gpuclus_grafana_package": _from_output_dir(monitoring.grafana_package, state_dir=state_dir),
         "gpuclus_grafana_unavailable": monitoring.grafana_unavailable,
+        "gpuclus_dcgm_exporter_package": _from_output_dir(monitoring.dcgm_exporter_package, state_dir=state_dir),
         "gpuclus_alertmanager_install": monitoring.alertmanager,
         "gpuclus_alertmanager_receiver": {
             "webhook_url": receiver.webhook_url if receiver else None,

@@ -488,25 +488,41 @@ def monitoring_nodes_multiple(view: SpecView) -> list[Finding]:
 
 @_check(("monitoring", "grafana_package"))
 def grafana_package_missing(view: SpecView) -> list[Finding]:
-    value = view.spec.monitoring.grafana_package
+    return _package_file_missing(
+        view, "grafana_package", "grafana-package-missing", "Grafana's .deb or .rpm from grafana.com/grafana/download"
+    )
+
+
+@_check(("monitoring", "dcgm_exporter_package"))
+def dcgm_exporter_package_missing(view: SpecView) -> list[Finding]:
+    return _package_file_missing(
+        view,
+        "dcgm_exporter_package",
+        "dcgm-exporter-package-missing",
+        "NVIDIA's datacenter-gpu-manager-exporter package",
+    )
+
+
+def _package_file_missing(view: SpecView, field: str, code: str, what: str) -> list[Finding]:
+    value = getattr(view.spec.monitoring, field)
     if value is None:
         return []
     path = view.control_path(value)
     if path.is_file():
         return []
-    what = "does not exist" if not path.exists() else "is not a file"
+    state = "does not exist" if not path.exists() else "is not a file"
     return [
         error(
-            "grafana-package-missing",
-            f"monitoring.grafana_package {value!r} {what}",
-            ("monitoring", "grafana_package"),
+            code,
+            f"monitoring.{field} {value!r} {state}",
+            ("monitoring", field),
             hint=f"it resolves to {_shown(path)} (a relative path is relative to the spec's directory); "
-            "download Grafana's .deb or .rpm from grafana.com/grafana/download there, or fix the path",
+            f"put {what} there, or fix the path",
         )
     ]
 
 
-@_check(("monitoring",))
+@_check(("monitoring",), ("nvidia", "dcgm"))
 def monitoring_parts_unused(view: SpecView) -> list[Finding]:
     """Settings that do nothing with the rest of the section as it is."""
     monitoring = view.spec.monitoring
@@ -518,6 +534,15 @@ def monitoring_parts_unused(view: SpecView) -> list[Finding]:
                 "monitoring.grafana_package is set but grafana is false",
                 ("monitoring", "grafana_package"),
                 hint="set grafana: true to install it, or remove grafana_package",
+            )
+        )
+    if monitoring.dcgm_exporter_package is not None and not view.spec.nvidia.dcgm:
+        findings.append(
+            warning(
+                "monitoring-setting-unused",
+                "monitoring.dcgm_exporter_package is set but nvidia.dcgm is false: the GPU nodes use nvidia-smi",
+                ("monitoring", "dcgm_exporter_package"),
+                hint="set nvidia.dcgm: true to run dcgm-exporter, or remove dcgm_exporter_package",
             )
         )
     if monitoring.alert_receiver is not None and not monitoring.alertmanager:
@@ -855,6 +880,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "credentials-file-grammar": (Severity.ERROR, "a line of containers.credentials_file Enroot cannot read"),
     "downloads-unverified": (Severity.ERROR, "Enroot and Pyxis downloaded without checksums"),
     "grafana-package-missing": (Severity.ERROR, "monitoring.grafana_package is not a file"),
+    "dcgm-exporter-package-missing": (Severity.ERROR, "monitoring.dcgm_exporter_package is not a file"),
     "monitoring-setting-unused": (Severity.WARNING, "a monitoring setting that has no effect"),
     "monitoring-needs-prometheus": (Severity.ERROR, "Grafana or Alertmanager without Prometheus"),
     "no-gpu-nodes": (Severity.INFO, "no node declares GPUs"),

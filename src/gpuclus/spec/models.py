@@ -478,6 +478,12 @@ class Monitoring(_Model):
         "the deploy (the default), or skip Grafana and say so (the sandbox, whose nodes reach no package "
         "repository of Grafana).",
     )
+    dcgm_exporter_package: str | None = Field(
+        default=None,
+        description="NVIDIA's dcgm-exporter as a .deb or .rpm on the machine running gpuclus (absolute, or "
+        "relative to the spec file's directory), installed on the real GPU nodes instead of the CUDA "
+        "repository's datacenter-gpu-manager-exporter; used with nvidia.dcgm: true.",
+    )
     alertmanager: bool = Field(
         default=False,
         description="Prometheus Alertmanager (the distribution's package) on the monitoring node, sending the "
@@ -489,7 +495,7 @@ class Monitoring(_Model):
         "smarthost). Without it alerts are only shown in Alertmanager's and Prometheus' web pages.",
     )
 
-    @field_validator("grafana_package")
+    @field_validator("grafana_package", "dcgm_exporter_package")
     @classmethod
     def _package_path(cls, value: str | None) -> str | None:
         problem = None if value is None else control_path_problem(value)
