@@ -101,7 +101,8 @@ def test_prometheus_sees_every_target_up(cluster: Cluster) -> None:
         raw = on(cluster, HEAD, "curl -s http://127.0.0.1:9090/api/v1/targets").stdout
         targets = json.loads(raw)["data"]["activeTargets"]
         health = {(target["labels"]["job"], target["labels"]["instance"]): target["health"] for target in targets}
-        expected = {("node", HEAD), ("node", GPU1), ("node", GPU2), ("prometheus", HEAD)}
+        # Alertmanager too: the sandbox's spec turns it on, and Prometheus scrapes it.
+        expected = {("node", HEAD), ("node", GPU1), ("node", GPU2), ("prometheus", HEAD), ("alertmanager", HEAD)}
         if set(health) == expected and all(state == "up" for state in health.values()):
             break
         assert time.monotonic() < deadline, f"targets not all up: {health}"

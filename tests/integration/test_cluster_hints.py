@@ -83,5 +83,8 @@ def test_validate_on_a_controller_without_slurm_says_deploy_first(cluster: Clust
         assert error["hint"] == f"run `gpuclus deploy {cluster.spec}` first, then validate"
     finally:
         cluster.on(HEAD, "sudo mv /usr/bin/scontrol.gpuclus-test /usr/bin/scontrol")
+        # The Slurm metrics collector may have run meanwhile and written slurm_up 0: collect again now
+        # rather than wait for its timer (monitoring.slurm_metrics reads the last collection).
+        cluster.on(HEAD, "sudo systemctl start gpuclus-slurm-metrics.service")
     code = gpuclus("validate", str(cluster.spec), "--level", "quick", "--json", timeout=900).returncode
     assert code == 0
