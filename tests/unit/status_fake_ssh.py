@@ -35,6 +35,16 @@ from gpuclus.status.parse import SECTION
 DATA = Path(__file__).resolve().parent / "data" / "status"
 SPEC = DATA / "sandbox.yaml"
 HEAD, GPU01 = "sts-head", "sts-gpu01"
+# The units the sandbox spec puts on its head node, in the order status shows them.
+HEAD_UNITS = (
+    "slurmctld",
+    "slurmdbd",
+    "munge",
+    "prometheus-node-exporter",
+    "prometheus",
+    "prometheus-alertmanager",
+    "grafana-server",
+)
 ADDRESSES = {"10.213.1.10": HEAD, "10.213.1.11": GPU01}
 NO_ROUTE = "10.213.1.11:22: No route to host"
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from status_fake_ssh import GPU01, HEAD, SPEC, FakeSsh
+from status_fake_ssh import GPU01, HEAD, HEAD_UNITS, SPEC, FakeSsh
 
 from gpuclus.spec.load import load_spec, load_spec_text
 from gpuclus.ssh.client import CommandResult, SshFailure, SshTarget
@@ -27,15 +27,7 @@ def sandbox_plans() -> dict[str, NodePlan]:
 def test_sandbox_plan() -> None:
     plans = sandbox_plans()
     head, gpu = plans[HEAD], plans[GPU01]
-    assert head.units == (
-        "slurmctld",
-        "slurmdbd",
-        "munge",
-        "prometheus-node-exporter",
-        "prometheus",
-        "prometheus-alertmanager",
-        "grafana-server",
-    )
+    assert head.units == HEAD_UNITS
     assert head.controller and head.grafana_marker
     assert head.targets_url == "http://10.213.1.10:9090/api/v1/targets?state=active"
     assert gpu.units == ("slurmd", "munge", "prometheus-node-exporter")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from status_fake_ssh import GPU01, HEAD, recorded
+from status_fake_ssh import GPU01, HEAD, HEAD_UNITS, recorded
 
 from gpuclus.status import collect
 from gpuclus.status.model import ServiceState, Usage
@@ -16,16 +16,6 @@ from gpuclus.status.parse import (
     parse_targets,
     parse_units,
     skip_reason,
-)
-
-HEAD_UNITS = (
-    "slurmctld",
-    "slurmdbd",
-    "munge",
-    "prometheus-node-exporter",
-    "prometheus",
-    "prometheus-alertmanager",
-    "grafana-server",
 )
 
 
