@@ -30,12 +30,32 @@ def _artifacts_dir() -> Path | None:
 # None: no artifacts directory; the sandbox's spec then has the containers
 # phase off, and tests that need Enroot or Pyxis skip with a reason.
 ARTIFACTS_DIR = _artifacts_dir()
-SANDBOX_UP = ("sandbox", "up", "--name", CLUSTER, "--nodes", "3", "--gpus-per-node", "2") + (
-    ("--artifacts", str(ARTIFACTS_DIR)) if ARTIFACTS_DIR is not None else ()
+
+
+def _wheelhouse() -> Path | None:
+    """Wheels for the nodes' PyTorch environment: GPUCLUS_WHEELHOUSE, else <repo>/.cache/wheelhouse
+    (scripts/wheelhouse.sh fills it; scripts/test.sh runs that), if it holds the torch wheel."""
+    configured = os.environ.get("GPUCLUS_WHEELHOUSE")
+    candidate = Path(configured) if configured else REPO_ROOT / ".cache" / "wheelhouse"
+    return candidate.resolve() if any(candidate.glob("torch-2.13.0[+-]*.whl")) else None
+
+
+# None: no wheelhouse; the sandbox's spec then has the pytorch phase off, and
+# the tests that need it skip with a reason (fail under CI, which builds one).
+WHEELHOUSE = _wheelhouse()
+SANDBOX_UP = (
+    ("sandbox", "up", "--name", CLUSTER, "--nodes", "3", "--gpus-per-node", "2")
+    + (("--artifacts", str(ARTIFACTS_DIR)) if ARTIFACTS_DIR is not None else ())
+    + (("--wheelhouse", str(WHEELHOUSE)) if WHEELHOUSE is not None else ())
 )
 
 # The phases a full deploy of that spec runs, in order.
-PHASES = ["base", "nfs", "slurm"] + (["containers"] if ARTIFACTS_DIR is not None else []) + ["monitoring"]
+PHASES = (
+    ["base", "nfs", "slurm"]
+    + (["containers"] if ARTIFACTS_DIR is not None else [])
+    + (["pytorch"] if WHEELHOUSE is not None else [])
+    + ["monitoring"]
+)
 
 
 def gpuclus(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:

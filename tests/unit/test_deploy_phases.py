@@ -29,6 +29,7 @@ SANDBOX = spec_text("nvidia: {driver: {install: false}, cuda: {install: false}}\
 NO_INSTALL = "nvidia: {driver: {install: false}, cuda: {install: false}}\n"
 # Enroot and Pyxis default to off; on, they need a source (downloads-unverified otherwise).
 CONTAINERS_ON = "containers: {enroot: true, pyxis: true, allow_unverified_downloads: true}\n"
+PYTORCH_ON = "modules: {lmod: true}\npytorch: {install: true}\n"
 
 
 def choices(text: str) -> tuple[list[PhaseChoice], list[PhaseChoice]]:
@@ -47,7 +48,7 @@ def reasons(found: list[PhaseChoice]) -> dict[str, str]:
 
 
 def test_order_is_the_deploy_order() -> None:
-    assert [phase.value for phase in ORDER] == ["base", "nfs", "nvidia", "slurm", "containers", "monitoring"]
+    assert [phase.value for phase in ORDER] == ["base", "nfs", "nvidia", "slurm", "containers", "pytorch", "monitoring"]
 
 
 # wanted_phases -----------------------------------------------------------------------
@@ -56,7 +57,7 @@ def test_order_is_the_deploy_order() -> None:
 def test_sandbox_like_spec_has_no_nvidia_phase() -> None:
     run, skip = choices(SANDBOX)
     assert names(run) == ["base", "nfs", "slurm", "monitoring"]
-    assert names(skip) == ["nvidia", "containers"]
+    assert names(skip) == ["nvidia", "containers", "pytorch"]
     assert reasons(skip)["nvidia"] == "no real GPUs (none declared, or all fake)"
 
 
@@ -64,11 +65,11 @@ def test_fake_gpus_skip_nvidia_even_with_install_on() -> None:
     # fake-gpus-with-driver is a warning, so such a spec still deploys: without the nvidia phase.
     run, skip = choices(spec_text(gpus="{count: 2, fake: true}"))
     assert "nvidia" not in names(run)
-    assert names(skip) == ["nvidia", "containers"]
+    assert names(skip) == ["nvidia", "containers", "pytorch"]
 
 
 def test_real_gpus_with_install_run_nvidia() -> None:
-    run, skip = choices(spec_text(CONTAINERS_ON))
+    run, skip = choices(spec_text(CONTAINERS_ON + PYTORCH_ON))
     assert names(run) == ALL
     assert skip == []
     assert reasons(run) == {
@@ -77,6 +78,7 @@ def test_real_gpus_with_install_run_nvidia() -> None:
         "nvidia": "real GPUs and nvidia.*.install",
         "slurm": "always: munge, slurmctld, slurmd, accounting",
         "containers": "containers.enroot/pyxis",
+        "pytorch": "pytorch.install / modules.lmod",
         "monitoring": "monitoring on",
     }
 
@@ -89,7 +91,7 @@ def test_cuda_alone_is_enough_for_nvidia() -> None:
 def test_real_gpus_without_install_skip_nvidia() -> None:
     run, skip = choices(spec_text(NO_INSTALL))
     assert "nvidia" not in names(run)
-    assert names(skip) == ["nvidia", "containers"]
+    assert names(skip) == ["nvidia", "containers", "pytorch"]
 
 
 def test_real_gpus_without_install_say_why_nvidia_is_skipped() -> None:
@@ -101,7 +103,11 @@ def test_real_gpus_without_install_say_why_nvidia_is_skipped() -> None:
 
 def test_no_gpus_at_all_skip_nvidia() -> None:
     _, skip = choices(spec_text(gpus=None))
-    assert reasons(skip) == {"nvidia": "no real GPUs (none declared, or all fake)", "containers": "containers off"}
+    assert reasons(skip) == {
+        "nvidia": "no real GPUs (none declared, or all fake)",
+        "containers": "containers off",
+        "pytorch": "pytorch and modules off",
+    }
 
 
 @pytest.mark.parametrize(
@@ -154,7 +160,7 @@ def test_everything_off_keeps_base_and_slurm() -> None:
         )
     )
     assert names(run) == ["base", "slurm"]
-    assert names(skip) == ["nfs", "nvidia", "containers", "monitoring"]
+    assert names(skip) == ["nfs", "nvidia", "containers", "pytorch", "monitoring"]
 
 
 # parse_phase_list ---------------------------------------------------------------------
@@ -182,7 +188,7 @@ def test_parse_phase_list_errors(text: str, bad: str) -> None:
     with pytest.raises(UsageError) as caught:
         parse_phase_list(text, "--skip")
     assert caught.value.message == f"--skip {bad!r} is not a phase"
-    assert caught.value.hint == "phases: base, nfs, nvidia, slurm, containers, monitoring"
+    assert caught.value.hint == "phases: base, nfs, nvidia, slurm, containers, pytorch, monitoring"
     assert caught.value.exit_code == ExitCode.USAGE
 
 

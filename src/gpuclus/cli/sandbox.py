@@ -79,6 +79,17 @@ def up(
             metavar="DIR",
         ),
     ] = None,
+    wheelhouse: Annotated[
+        Path | None,
+        typer.Option(
+            "--wheelhouse",
+            help="Directory on this host with the wheels for the nodes' PyTorch environment (torch 2.13.0 for "
+            "Python 3.11 and its dependencies; scripts/wheelhouse.sh fills one): the spec then turns on Lmod, "
+            "a node-local PyTorch environment built from it, and the job templates. Default: off. A later `up` "
+            "here must pass the same directory.",
+            metavar="DIR",
+        ),
+    ] = None,
     spec: SpecOption = DEFAULT_SPEC,
     json_mode: JsonOption = False,
 ) -> None:
@@ -116,6 +127,7 @@ def up(
             install=install,
             mirror=mirror,
             artifacts=artifacts,
+            wheelhouse=wheelhouse,
         )
         result = sandbox_up(options, lambda text: out.note(f"[dim]==>[/] {escape(text)}"))
         if json_mode:

@@ -16,6 +16,7 @@ class Phase(enum.StrEnum):
     NVIDIA = "nvidia"
     SLURM = "slurm"
     CONTAINERS = "containers"
+    PYTORCH = "pytorch"
     MONITORING = "monitoring"
 
 
@@ -49,6 +50,12 @@ def wanted_phases(spec: ClusterSpec, topology: Topology) -> tuple[list[PhaseChoi
         Phase.CONTAINERS: (
             spec.containers.enroot or spec.containers.pyxis,
             "containers.enroot/pyxis" if spec.containers.enroot or spec.containers.pyxis else "containers off",
+        ),
+        Phase.PYTORCH: (
+            spec.pytorch.install or spec.modules.lmod,
+            "pytorch.install / modules.lmod"
+            if spec.pytorch.install or spec.modules.lmod
+            else "pytorch and modules off",
         ),
         Phase.MONITORING: (
             spec.monitoring.prometheus or spec.monitoring.grafana,

@@ -19,6 +19,7 @@ from gpuclus.errors import UsageError
 from gpuclus.gpu_catalog import UNKNOWN, kind_for_model
 from gpuclus.spec.hostlist import compress
 from gpuclus.spec.models import ClusterSpec, Role
+from gpuclus.spec.software import index_url, nccl_environment, requirements, software_layout
 from gpuclus.spec.topology import Node, Topology, slurm_partitions
 from gpuclus.templating import GENERATED_HEADER
 
@@ -74,6 +75,7 @@ def build_context(spec: ClusterSpec, topology: Topology, *, source_name: str, st
         "monitoring": _monitoring_vars(spec, topology, state_dir=state_dir),
         "nvidia": _nvidia_vars(spec, topology),
         "containers": _containers_vars(spec, state_dir=state_dir),
+        "pytorch": _pytorch_vars(spec, topology, state_dir=state_dir),
     }
     context: dict[str, Any] = {
         "header": GENERATED_HEADER.format(version=__version__, source=source_name),
@@ -247,6 +249,42 @@ def _containers_vars(spec: ClusterSpec, *, state_dir: str) -> dict[str, Any]:
         "gpuclus_enroot_credentials_file": from_output_dir(containers.credentials_file),
         "gpuclus_enroot_credentials_users": list(dict.fromkeys(users)),
         "gpuclus_control_cache_dir": posixpath.normpath(posixpath.join(state_dir, "cache")),
+    }
+
+
+def _pytorch_vars(spec: ClusterSpec, topology: Topology, *, state_dir: str) -> dict[str, Any]:
+    """pytorch.yml: Lmod, the Python environment and the job templates, every path resolved (software.py)."""
+    layout = software_layout(spec)
+    pytorch = spec.pytorch
+    # Modulefiles for the CUDA toolkit where the nvidia phase installs one (NVIDIA's layout, /usr/local/cuda-X.Y).
+    cuda = spec.nvidia.cuda
+    cuda_modules = (
+        [{"version": cuda.version, "root": f"/usr/local/cuda-{cuda.version}"}]
+        if cuda.install and topology.real_gpu_nodes
+        else []
+    )
+    return {
+        "gpuclus_lmod_install": spec.modules.lmod,
+        "gpuclus_modules_dir": layout.modules_dir,
+        "gpuclus_cuda_modules": cuda_modules,
+        "gpuclus_pytorch_install": pytorch.install,
+        "gpuclus_pytorch_shared": layout.shared,
+        "gpuclus_pytorch_env_dir": layout.env_dir,
+        # Shared layout: where the NFS server writes the tree (its own paths; root on a client is squashed).
+        "gpuclus_software_server_paths": {
+            "modules": layout.on_server(layout.modules_dir),
+            "examples": layout.on_server(layout.examples_dir),
+            "prefix": layout.on_server(layout.prefix),
+        }
+        if layout.shared
+        else None,
+        "gpuclus_pytorch_module": layout.module,
+        "gpuclus_pytorch_requirements": requirements(spec),
+        "gpuclus_pytorch_index_url": index_url(spec),
+        "gpuclus_pytorch_wheelhouse": _from_output_dir(pytorch.wheelhouse, state_dir=state_dir),
+        "gpuclus_examples_install": pytorch.install and pytorch.examples,
+        "gpuclus_examples_dir": layout.examples_dir,
+        "gpuclus_nccl_env": nccl_environment(spec),
     }
 
 

@@ -28,6 +28,7 @@ RENDERED_FILES: tuple[str, ...] = (
     f"{GROUP_VARS_DIR}/monitoring.yml",
     f"{GROUP_VARS_DIR}/nvidia.yml",
     f"{GROUP_VARS_DIR}/containers.yml",
+    f"{GROUP_VARS_DIR}/pytorch.yml",
 )
 
 

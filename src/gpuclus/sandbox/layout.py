@@ -112,8 +112,9 @@ def pick_subnet(requested: str | None, taken: Iterable[ipaddress.IPv4Network | i
     raise UsageError(f"no free /24 left in {SUBNET_POOL}", "pass --subnet with a free network")
 
 
-def sandbox_spec_text(layout: SandboxLayout, artifacts_dir: str | None = None) -> str:
-    """The spec for these nodes; with ``artifacts_dir`` (an absolute path on this host) Enroot and Pyxis are on."""
+def sandbox_spec_text(layout: SandboxLayout, artifacts_dir: str | None = None, wheelhouse: str | None = None) -> str:
+    """The spec for these nodes; with ``artifacts_dir`` (an absolute path on this host) Enroot and Pyxis are on,
+    with ``wheelhouse`` (one too) Lmod and a node-local PyTorch environment."""
     from gpuclus.templating import render_template
 
     compute = [node for node in layout.nodes if not node.controller]
@@ -125,6 +126,7 @@ def sandbox_spec_text(layout: SandboxLayout, artifacts_dir: str | None = None) -
         compute_address=_address_range([node.address for node in compute]),
         nfs_path=f"{NFS_VOLUME_MOUNT}/shared",
         artifacts_dir=artifacts_dir,
+        wheelhouse=wheelhouse,
         test_image=TEST_IMAGE,
     )
 

@@ -80,6 +80,26 @@ class UpOptions:
     mirror: str | None = None  # None: the host's own Debian mirror
     # --artifacts: Enroot's and Pyxis' release sources on this host; None: containers off.
     artifacts: Path | None = None
+    # --wheelhouse: wheels for the nodes' PyTorch environment on this host; None: pytorch off.
+    wheelhouse: Path | None = None
+
+
+def wheelhouse_directory(path: Path) -> str:
+    """``--wheelhouse PATH`` as the absolute directory the spec names: a directory holding the torch wheel."""
+    from gpuclus.spec.models import PyTorch
+
+    version = PyTorch().version
+    hint = (
+        f"give a directory holding torch {version}'s wheel and its dependencies, e.g. filled by "
+        f"`pip download torch=={version} numpy -d DIR` (scripts/wheelhouse.sh does it for the sandbox)"
+    )
+    absolute = path.expanduser().resolve()
+    if not absolute.is_dir():
+        state = "no such directory" if not absolute.exists() else "not a directory"
+        raise UsageError(f"--wheelhouse {path}: {state}", hint)
+    if not any(absolute.glob(f"torch-{version}[+-]*.whl")):
+        raise UsageError(f"--wheelhouse {path} holds no torch {version} wheel", hint)
+    return str(absolute)
 
 
 def artifacts_directory(path: Path) -> str:
@@ -124,6 +144,7 @@ def up(options: UpOptions, say: Say) -> UpResult:
     if options.mirror is not None:
         check_mirror(options.mirror)
     artifacts = artifacts_directory(options.artifacts) if options.artifacts is not None else None
+    wheelhouse = wheelhouse_directory(options.wheelhouse) if options.wheelhouse is not None else None
     # The spec is read back and rewritten below: a device or FIFO in its
     # place would hang the read or be replaced by a file.
     refuse_non_regular_target(options.spec_path)
@@ -172,13 +193,22 @@ def up(options: UpOptions, say: Say) -> UpResult:
                 (f"pass --artifacts {existing.artifacts_dir} again, or run" if existing.artifacts_dir else "run")
                 + " `gpuclus sandbox down` first to change it",
             )
+        if existing.wheelhouse_dir != wheelhouse:
+            held_with = (
+                f"with --wheelhouse {existing.wheelhouse_dir}" if existing.wheelhouse_dir else "without --wheelhouse"
+            )
+            raise SandboxError(
+                f"sandbox {layout.cluster!r} is already up {held_with}",
+                (f"pass --wheelhouse {existing.wheelhouse_dir} again, or run" if existing.wheelhouse_dir else "run")
+                + " `gpuclus sandbox down` first to change it",
+            )
     else:
         subnet = pick_subnet(options.subnet, taken_networks(engine, options.cluster))
         layout = sandbox_layout(options.cluster, options.nodes, options.gpus_per_node, subnet)
 
     # Checked before anything is built or started: a spec gpuclus itself
     # would refuse must not leave nodes behind.
-    spec_text = _spec_text(layout, artifacts)
+    spec_text = _spec_text(layout, artifacts, wheelhouse)
     image_built = False
     if not image_present(engine, recipe):
         hostprep.check_disk([Path("/var/tmp"), Path("/var/lib/containers"), state.root])
@@ -192,7 +222,9 @@ def up(options: UpOptions, say: Say) -> UpResult:
     # down (or completed) by name.
     write_text_atomic(
         record_path(state),
-        SandboxRecord(layout.cluster, engine.kind, layout.subnet, recipe.tag, layout.nodes, artifacts).dumps(),
+        SandboxRecord(
+            layout.cluster, engine.kind, layout.subnet, recipe.tag, layout.nodes, artifacts, wheelhouse
+        ).dumps(),
     )
     changed = image_built | ensure_network(engine, layout, say, owner) | ensure_volume(engine, layout, owner)
     created = ensure_nodes(engine, layout, recipe.tag, say, owner)
@@ -238,10 +270,10 @@ def up(options: UpOptions, say: Say) -> UpResult:
     )
 
 
-def _spec_text(layout: SandboxLayout, artifacts: str | None) -> str:
+def _spec_text(layout: SandboxLayout, artifacts: str | None, wheelhouse: str | None = None) -> str:
     from gpuclus.spec.load import load_spec_text
 
-    text = sandbox_spec_text(layout, artifacts)
+    text = sandbox_spec_text(layout, artifacts, wheelhouse)
     loaded = load_spec_text(text, "sandbox.yaml")
     if not loaded.ok:  # a bug in the template, never the user's doing
         problems = "; ".join(f"{f.code} {f.path}: {f.message}" for f in loaded.findings if f.severity.value == "error")

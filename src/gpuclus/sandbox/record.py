@@ -23,6 +23,8 @@ class SandboxRecord:
     # `up --artifacts`: the directory Enroot and Pyxis are built from (None: containers off).
     # A record written before this field existed has none.
     artifacts_dir: str | None = None
+    # `up --wheelhouse`: the wheels the nodes' PyTorch environment is built from (None: pytorch off).
+    wheelhouse_dir: str | None = None
 
     @property
     def layout(self) -> SandboxLayout:
@@ -37,10 +39,11 @@ class SandboxRecord:
         try:
             data = json.loads(path.read_text())
             nodes = tuple(SandboxNode(**node) for node in data["nodes"])
-            artifacts = data.get("artifacts_dir")
-            if artifacts is not None and not isinstance(artifacts, str):
-                raise TypeError(f"artifacts_dir is {artifacts!r}, not a path")
-            return cls(data["cluster"], data["engine"], data["subnet"], data["image"], nodes, artifacts)
+            paths = {key: data.get(key) for key in ("artifacts_dir", "wheelhouse_dir")}
+            for key, value in paths.items():
+                if value is not None and not isinstance(value, str):
+                    raise TypeError(f"{key} is {value!r}, not a path")
+            return cls(data["cluster"], data["engine"], data["subnet"], data["image"], nodes, **paths)
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError) as exc:

@@ -80,6 +80,20 @@ RELEASE_FILE_PATTERN = (
 )
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 
+# A pip requirement as it lands in the env's requirements file: a project
+# name, optional extras, optional version specifiers; no URLs, options or
+# markers, so nothing can redirect pip or pass it a flag.
+PIP_REQUIREMENT_PATTERN = (
+    r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(\[[A-Za-z0-9._,-]+\])?"
+    r"((===|==|!=|~=|<=|>=|<|>)[A-Za-z0-9.*+!-]+(,(===|==|!=|~=|<=|>=|<|>)[A-Za-z0-9.*+!-]+)*)?$"
+)
+PYTORCH_VERSION_PATTERN = r"^\d+\.\d+(\.\d+)?$"
+# cpu, or a CUDA build tag as PyTorch's wheel indexes name them (cu118, cu124, cu128, ...).
+PYTORCH_FLAVOUR_PATTERN = r"^(auto|cpu|cu\d{3})$"
+INDEX_URL_PATTERN = r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~%!$&()*+,;=:@/-]*)?$"
+NCCL_VARIABLE_PATTERN = r"^NCCL_[A-Z0-9_]{1,60}$"
+NCCL_VALUE_PATTERN = r"^[A-Za-z0-9_.,:=^/+-]{1,200}$"
+
 # What each pattern means, for error messages a person can act on.
 PATTERN_RULES = {
     NODE_NAME_PATTERN: "is not a plain lower-case host name",
@@ -97,6 +111,13 @@ PATTERN_RULES = {
     RELEASE_FILE_PATTERN: "is not the name of an Enroot or Pyxis release file (enroot_<v>-1_amd64.deb, "
     "enroot-<v>-1.el8.x86_64.rpm, enroot-<v>-src.tar.gz, pyxis-<v>-src.tar.gz, ...)",
     SHA256_PATTERN: "is not a sha256 (64 lower-case hex digits, as sha256sum prints it)",
+    PIP_REQUIREMENT_PATTERN: "is not a plain pip requirement (a name and optional version specifiers, e.g. "
+    "'tqdm' or 'transformers==4.44.2'; no URLs, options or markers)",
+    PYTORCH_VERSION_PATTERN: "is not a PyTorch version like 2.13.0",
+    PYTORCH_FLAVOUR_PATTERN: "is not a PyTorch build: auto, cpu, or a CUDA tag such as cu124",
+    INDEX_URL_PATTERN: "is not an http(s) URL without spaces or quotes",
+    NCCL_VARIABLE_PATTERN: "is not an NCCL variable name (NCCL_ and upper-case letters, digits, '_')",
+    NCCL_VALUE_PATTERN: "may use only letters, digits and '_', '.', ',', ':', '=', '^', '/', '+', '-'",
 }
 
 
@@ -506,6 +527,101 @@ class Monitoring(_Model):
         return value
 
 
+class Modules(_Model):
+    lmod: bool = Field(
+        default=False,
+        description="Install Lmod (the `module` command) on every node, with modulefiles for the CUDA toolkit "
+        "and the PyTorch environment, in login shells and batch jobs alike.",
+    )
+    path: str | None = Field(
+        default=None,
+        pattern=ABSOLUTE_PATH,
+        description="The modulefiles tree gpuclus writes, added to every node's MODULEPATH. Left out: "
+        "<first NFS export's mount>/modules when pytorch.location is shared, else /opt/gpuclus/modules.",
+    )
+
+
+class PyTorch(_Model):
+    install: bool = Field(
+        default=False,
+        description="Build a Python environment with PyTorch and numpy for the compute and login nodes, and "
+        "install the job templates (examples).",
+    )
+    location: Literal["shared", "node-local"] = Field(
+        default="shared",
+        description="shared: built once, on the first compute node, inside the first NFS export (needs "
+        "nfs.server_impl kernel, so that nodes mount it); node-local: built on every compute and login node "
+        "(kernels without an NFS client, such as the sandbox's).",
+    )
+    prefix: str | None = Field(
+        default=None,
+        pattern=ABSOLUTE_PATH,
+        description="Directory holding the environments (each pytorch-<version>-<flavour>). Left out: "
+        "<first NFS export's mount>/software when shared, /opt/gpuclus/software when node-local.",
+    )
+    version: str = Field(
+        default="2.13.0",
+        pattern=PYTORCH_VERSION_PATTERN,
+        description="PyTorch version (torch==VERSION), e.g. '2.13.0'.",
+    )
+    flavour: str = Field(
+        default="auto",
+        pattern=PYTORCH_FLAVOUR_PATTERN,
+        description="cpu, or the CUDA build (cu118, cu124, cu128, ...). auto: cu<major><minor> of "
+        "nvidia.cuda.version where nodes have real GPUs, cpu otherwise.",
+    )
+    numpy_version: str | None = Field(
+        default=None,
+        pattern=VERSION_PATTERN,
+        description="numpy version (numpy==VERSION); left out, pip picks one that suits torch.",
+    )
+    extra_packages: list[Annotated[str, Field(pattern=PIP_REQUIREMENT_PATTERN, max_length=200)]] = Field(
+        default_factory=list,
+        description="More pip requirements for the environment (name and optional version specifiers, e.g. "
+        "'tqdm' or 'transformers==4.44.2'); they must be in the index or the wheelhouse.",
+    )
+    index_url: str | None = Field(
+        default=None,
+        pattern=INDEX_URL_PATTERN,
+        description="The package index the nodes install from. Left out: PyTorch's own index for the flavour "
+        "(download.pytorch.org/whl/<flavour>) plus pip's default for the rest. Ignored with a wheelhouse.",
+    )
+    wheelhouse: str | None = Field(
+        default=None,
+        description="A directory of wheels on the machine running gpuclus (absolute, or relative to the spec "
+        "file's directory): copied to the building nodes and installed with --no-index, so nothing is "
+        "downloaded (air-gapped sites). `pip download torch==VERSION numpy -d DIR` on a connected machine "
+        "with the nodes' Python fills one.",
+    )
+    examples: bool = Field(
+        default=True,
+        description="Install the job templates (DDP on one node and across nodes, a Pyxis container job, "
+        "FSDP, an MPI all-reduce), each with a README.",
+    )
+    examples_dir: str | None = Field(
+        default=None,
+        pattern=ABSOLUTE_PATH,
+        description="Where the job templates go. Left out: <first NFS export's mount>/examples when shared, "
+        "/opt/gpuclus/examples when node-local.",
+    )
+    nccl_env: dict[
+        Annotated[str, Field(pattern=NCCL_VARIABLE_PATTERN)], Annotated[str, Field(pattern=NCCL_VALUE_PATTERN)]
+    ] = Field(
+        default_factory=dict,
+        description="NCCL settings the job templates export (e.g. NCCL_SOCKET_IFNAME: eth0, NCCL_IB_HCA: "
+        "mlx5_0), on top of what network.fabric implies (NCCL_IB_DISABLE=1 on ethernet).",
+    )
+    _versions_are_text = field_validator("version", "numpy_version", mode="before")(_version_text)
+
+    @field_validator("wheelhouse")
+    @classmethod
+    def _control_path(cls, value: str | None) -> str | None:
+        problem = None if value is None else control_path_problem(value)
+        if problem:
+            raise ValueError(f"{value!r} {problem}")
+        return value
+
+
 class Network(_Model):
     fabric: Fabric = Field(
         default=Fabric.ETHERNET, description="ethernet, infiniband or roce; sets validate's thresholds."
@@ -528,3 +644,5 @@ class ClusterSpec(_Model):
     containers: Containers = Field(default_factory=Containers)
     monitoring: Monitoring = Field(default_factory=Monitoring)
     network: Network = Field(default_factory=Network)
+    modules: Modules = Field(default_factory=Modules)
+    pytorch: PyTorch = Field(default_factory=PyTorch)
