@@ -135,7 +135,7 @@ def test_the_sandbox_spec_with_a_wheelhouse_turns_on_lmod_and_a_node_local_envir
 def test_wheelhouse_option_wants_a_directory_with_the_torch_wheel(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no such directory"):
         wheelhouse_directory(tmp_path / "nowhere")
-    with pytest.raises(UsageError, match="holds no torch 2.13.0 wheel"):
+    with pytest.raises(UsageError, match=r"holds no torch 2\.13\.0 wheel"):
         wheelhouse_directory(tmp_path)
     (tmp_path / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
     assert wheelhouse_directory(tmp_path) == str(tmp_path.resolve())
