@@ -1,8 +1,9 @@
 """What a check gets: the spec's view of the cluster, the controller session, Slurm helpers.
 
-Checks never build srun lines themselves: ``Context.srun`` and
-``Context.srun_each`` give every job the run's job name and two time bounds,
-so nothing validate starts can outlive it (see ``Validation.cleanup``).
+Checks never build srun or sbatch lines themselves: ``Context.srun``,
+``Context.srun_each`` and ``Context.sbatch`` give every job the run's job name
+and two time bounds, so nothing validate starts can outlive it (see
+``Validation.cleanup``).
 """
 
 from __future__ import annotations
@@ -128,6 +129,40 @@ class Context:
         self.jobs_succeeded += sum(result.exit_status == 0 for result in results.values())
         return results
 
+    def sbatch(
+        self,
+        script: str,
+        nodes: list[Node],
+        *,
+        workdir: str,
+        time_limit_s: int = 300,
+        script_host: Node | None = None,
+        **options: Any,
+    ) -> CommandResult:
+        """Submit ``script`` as a batch job over ``nodes`` and wait for it to end (``sbatch --wait``).
+
+        sbatch reads the script on the controller; a script that only exists
+        on the nodes (a node-local install) is read on ``script_host`` over SSH
+        and handed to sbatch on stdin. The job runs in ``workdir``, which must
+        exist on the batch host.
+        """
+        reader = script_host if script_host is not None and script_host.name != self.controller.name else None
+        line = slurm.sbatch_command(
+            None if reader else script,
+            job_name=self.job_name,
+            time_limit_s=time_limit_s,
+            workdir=workdir,
+            nodes=[node.name for node in nodes],
+            partition=self.partition_for(nodes),
+            queue_wait_s=self.options.queue_wait_s,
+            **options,
+        )
+        if reader is not None:
+            line = f"{ssh_line(reader.name, f'cat {shlex.quote(script)}')} | {line}"
+        result = self.run(line, timeout=time_limit_s + self.options.queue_wait_s + 60)
+        self.jobs_succeeded += result.exit_status == 0
+        return result
+
     def launchable(self, nodes: list[Node]) -> tuple[list[Node], list[NodeResult]]:
         """Split ``nodes`` into those a job can start on and SKIP results for those launch.srun found dead.
 
@@ -186,10 +221,7 @@ class Context:
             if node.name == self.controller.name:
                 lines[node.name] = command
             else:
-                lines[node.name] = (
-                    "ssh -o BatchMode=yes -o ConnectTimeout=10 -o StrictHostKeyChecking=yes "
-                    f"{shlex.quote(node.name)} {shlex.quote(command)}"
-                )
+                lines[node.name] = ssh_line(node.name, command)
         results = self.remote.run_many(lines, timeout=timeout)
         for node in nodes:
             if node.name == self.controller.name:
@@ -198,6 +230,14 @@ class Context:
             if cause is not None:
                 self.unreachable[node.name] = cause
         return results
+
+
+def ssh_line(node: str, command: str) -> str:
+    """``command`` run on ``node`` from the controller, through the SSH trust the deploy set up."""
+    return (
+        "ssh -o BatchMode=yes -o ConnectTimeout=10 -o StrictHostKeyChecking=yes "
+        f"{shlex.quote(node)} {shlex.quote(command)}"
+    )
 
 
 # ssh exits 255 for its own errors (connect, resolve, host key, login), else with the command's status.

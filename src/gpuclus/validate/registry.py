@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from gpuclus.errors import UsageError
 from gpuclus.validate.check import Check
-from gpuclus.validate.checks import accounting, cluster, containers, gpu, launch, monitoring, storage
+from gpuclus.validate.checks import accounting, cluster, containers, gpu, launch, monitoring, storage, workloads
 from gpuclus.validate.model import Level
 
 # Each stage's checks, stages in run order.
@@ -18,6 +18,8 @@ _STAGE_CHECKS: dict[str, list[Check]] = {
     "storage": storage.CHECKS,
     "gpu": gpu.CHECKS,
     "containers": containers.CHECKS,
+    # After containers (a broken Pyxis shows there first), before accounting (which then expects these jobs).
+    "workloads": workloads.CHECKS,
     "accounting": accounting.CHECKS,
     "monitoring": monitoring.CHECKS,
 }

@@ -60,6 +60,61 @@ def srun_command(
     return shlex.join(bounded + words)
 
 
+def sbatch_command(
+    script: str | None,
+    *,
+    job_name: str,
+    time_limit_s: int,
+    workdir: str,
+    nodes: list[str] | None = None,
+    partition: str | None = None,
+    ntasks_per_node: int = 1,
+    gpus_per_node: int | None = None,
+    queue_wait_s: int | None = None,
+    extra: tuple[str, ...] = (),
+) -> str:
+    """An ``sbatch --wait`` line: it returns when the job ends, with the job's exit status.
+
+    The options given here override the script's own ``#SBATCH`` lines; the
+    job name is always the run's. ``--parsable`` makes sbatch print the job id
+    alone (``123`` or ``123;cluster``) when it submits. sbatch has no
+    ``--immediate``: the `timeout` around it covers the queue wait too, and
+    ``script`` None reads the script from stdin.
+    """
+    words = [
+        "sbatch",
+        "--wait",
+        "--parsable",
+        f"--job-name={job_name}",
+        f"--time={_minutes(time_limit_s)}",
+        f"--chdir={workdir}",
+    ]
+    if partition:
+        words.append(f"--partition={partition}")
+    if nodes:
+        words += [f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}"]
+    words.append(f"--ntasks-per-node={ntasks_per_node}")
+    if gpus_per_node is not None:
+        words.append(f"--gpus-per-node={gpus_per_node}")
+    words += list(extra)
+    if script is not None:
+        words.append(script)
+    bounded = ["timeout", "--kill-after=10", str(time_limit_s + (queue_wait_s or 0) + _TIMEOUT_SLACK_S)]
+    return shlex.join(bounded + words)
+
+
+_JOB_ID = re.compile(r"^(\d+)(?:;\S*)?$")
+
+
+def parse_job_id(text: str) -> str | None:
+    """The job id ``sbatch --parsable`` printed (``123`` or ``123;cluster``), or None."""
+    for line in text.splitlines():
+        match = _JOB_ID.match(line.strip())
+        if match:
+            return match.group(1)
+    return None
+
+
 def _minutes(seconds: int) -> int:
     return max(1, -(-seconds // 60))
 

@@ -1,4 +1,4 @@
-"""Numeric thresholds for validate's GPU checks: pure functions and named constants.
+"""Numeric thresholds for validate's GPU and workload checks: pure functions and named constants.
 
 Every figure a GPU check judges against lives here, so docs/validate-gpu.md,
 the checks and the tests agree on one number.
@@ -221,3 +221,22 @@ def scaling_efficiency(throughput_all: float, single_throughput: float, gpus: in
 
 def grade_scaling(efficiency: float) -> Status:
     return Status.PASS if efficiency >= DDP_MIN_SCALING_EFFICIENCY else Status.WARN
+
+
+# --- workloads.scaling: the DDP job template on one node and on all of them ---------------
+
+# Throughput on N nodes over N x one node's, with the same per-rank batch.
+# NCCL over a training fabric keeps 70 % or more; below that, WARN.
+WORKLOAD_SCALING_MIN_GPU = 0.70
+# gloo on CPUs moves gradients over TCP and competes with the training for the
+# same cores: half of linear is the bar there.
+WORKLOAD_SCALING_MIN_CPU = 0.50
+
+
+def workload_scaling_bar(on_gpu: bool) -> float:
+    return WORKLOAD_SCALING_MIN_GPU if on_gpu else WORKLOAD_SCALING_MIN_CPU
+
+
+def grade_workload_scaling(efficiency: float, on_gpu: bool) -> Status:
+    """PASS at or above the bar, WARN below it: slowness alone is never a failure."""
+    return Status.PASS if efficiency >= workload_scaling_bar(on_gpu) else Status.WARN
