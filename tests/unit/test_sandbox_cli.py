@@ -585,7 +585,9 @@ def test_up_checks_its_own_spec_before_starting_nodes(
     tmp_path: Path, as_root: None, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A spec gpuclus would refuse (a template bug, or a field the spec does not know yet) leaves nothing behind."""
-    monkeypatch.setattr(lifecycle, "sandbox_spec_text", lambda layout, artifacts=None, wheelhouse=None: "apiVersion: gpuclus/v1\n")
+    monkeypatch.setattr(
+        lifecycle, "sandbox_spec_text", lambda layout, artifacts=None, wheelhouse=None: "apiVersion: gpuclus/v1\n"
+    )
     spec = tmp_path / "sandbox.yaml"
     result = invoke("up", "--spec", str(spec))
     assert result.exit_code == 1, result.output
