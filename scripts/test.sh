@@ -5,6 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh --dev
 export PATH="$PWD/.venv/bin:$PATH"
+# The job templates' and validate's CPU maths tests run real PyTorch: the CPU
+# wheel from /opt/wheels (pip's find-links), where this machine has it.
+if ls /opt/wheels/torch-2.13.0+cpu-*.whl >/dev/null 2>&1; then
+  pip install -q torch==2.13.0 numpy
+fi
 
 step() { printf '\n==> %s\n' "$*"; }
 
