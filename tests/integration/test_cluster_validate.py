@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_helpers import ARTIFACTS_DIR, GPU1, GPU2, GPUCLUS, HEAD, SANDBOX_UP, Cluster, gpuclus
+from cluster_helpers import ARTIFACTS_DIR, GPU1, GPU2, GPUCLUS, HEAD, SANDBOX_UP, WHEELHOUSE, Cluster, gpuclus
 
 pytestmark = [
     pytest.mark.integration,
@@ -272,3 +272,10 @@ def test_mpi_hello_runs_across_the_nodes_once_mpi_is_installed(cluster: Cluster)
     ranks = {node["node"]: node["message"] for node in check["nodes"]}
     assert sorted(ranks) == [GPU1, GPU2]
     assert all(message.endswith("of 2, all-reduce correct") for message in ranks.values())
+    if WHEELHOUSE is not None:
+        # The job templates' MPI all-reduce (the pytorch phase installed it), now that mpicc is there.
+        code, report = validate(cluster, "--only", "workloads.mpi")
+        assert code == 0, report["failures"]
+        check = report["checks"][0]
+        assert check["status"] == "pass", check
+        assert "on 2 node(s)" in check["message"] and "all-reduce correct" in check["message"], check
