@@ -6,9 +6,12 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh --dev
 export PATH="$PWD/.venv/bin:$PATH"
 # The job templates' and validate's CPU maths tests run real PyTorch: the CPU
-# wheel from /opt/wheels (pip's find-links), where this machine has it.
+# wheel from /opt/wheels, where this machine has it (a plain torch from PyPI
+# is a CUDA build of several GB). The sandbox's pytorch phase installs the
+# same wheel on the nodes from a wheelhouse (the integration tests use it).
 if ls /opt/wheels/torch-2.13.0+cpu-*.whl >/dev/null 2>&1; then
-  pip install -q torch==2.13.0 numpy
+  pip install -q --find-links /opt/wheels "torch==2.13.0+cpu" numpy
+  bash scripts/wheelhouse.sh .cache/wheelhouse
 fi
 
 step() { printf '\n==> %s\n' "$*"; }
