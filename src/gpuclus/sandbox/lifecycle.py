@@ -182,26 +182,19 @@ def up(options: UpOptions, say: Say) -> UpResult:
                 f"{layout.gpus_per_node} GPUs each, on {layout.subnet}",
                 "run `gpuclus sandbox down` first to change its shape",
             )
-        # Like the shape: a re-up without --artifacts must not quietly turn
-        # the containers phase off in the spec it rewrites (nor turn it on).
-        if existing.artifacts_dir != artifacts:
-            held_with = (
-                f"with --artifacts {existing.artifacts_dir}" if existing.artifacts_dir else "without --artifacts"
-            )
-            raise SandboxError(
-                f"sandbox {layout.cluster!r} is already up {held_with}",
-                (f"pass --artifacts {existing.artifacts_dir} again, or run" if existing.artifacts_dir else "run")
-                + " `gpuclus sandbox down` first to change it",
-            )
-        if existing.wheelhouse_dir != wheelhouse:
-            held_with = (
-                f"with --wheelhouse {existing.wheelhouse_dir}" if existing.wheelhouse_dir else "without --wheelhouse"
-            )
-            raise SandboxError(
-                f"sandbox {layout.cluster!r} is already up {held_with}",
-                (f"pass --wheelhouse {existing.wheelhouse_dir} again, or run" if existing.wheelhouse_dir else "run")
-                + " `gpuclus sandbox down` first to change it",
-            )
+        # Like the shape: a re-up without --artifacts (--wheelhouse) must not quietly
+        # turn the containers (pytorch) phase off in the spec it rewrites, nor turn it on.
+        for option, had, wanted in (
+            ("--artifacts", existing.artifacts_dir, artifacts),
+            ("--wheelhouse", existing.wheelhouse_dir, wheelhouse),
+        ):
+            if had != wanted:
+                raise SandboxError(
+                    f"sandbox {layout.cluster!r} is already up "
+                    + (f"with {option} {had}" if had else f"without {option}"),
+                    (f"pass {option} {had} again, or run" if had else "run")
+                    + " `gpuclus sandbox down` first to change it",
+                )
     else:
         subnet = pick_subnet(options.subnet, taken_networks(engine, options.cluster))
         layout = sandbox_layout(options.cluster, options.nodes, options.gpus_per_node, subnet)
