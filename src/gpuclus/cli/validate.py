@@ -52,7 +52,8 @@ def validate(
         typer.Option(
             "--level",
             help="quick (Slurm state, munge, launch, GRES, nvidia-smi, Prometheus), standard (+ MPI, storage, "
-            "GPU isolation and driver, containers, accounting) or full (+ GPU performance, NCCL, DDP, and the workloads stage: the job templates as Slurm jobs and the scaling from one node to all).",
+            "GPU isolation and driver, containers, accounting) or full (+ GPU performance, NCCL, DDP, and the "
+            "workloads stage: the job templates as Slurm jobs, the scaling from one node to all).",
         ),
     ] = "standard",
     only: Annotated[
