@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuclus.initspec.draft import SpecDraft
-from gpuclus.spec.models import Containers, Monitoring, Network, Nvidia, Slurm
+from gpuclus.spec.models import Containers, Monitoring, Network, Nvidia, PyTorch, Slurm
 from gpuclus.spec.topology import DEFAULT_PARTITION
 from gpuclus.templating import render_template
 
@@ -47,6 +47,7 @@ def render_spec(draft: SpecDraft) -> str:
         validate_image=containers.validate_image,
         prometheus=monitoring.prometheus,
         grafana=monitoring.grafana,
+        pytorch_version=PyTorch().version,
         fabric=network.fabric.value,
         link_gbps=network.link_gbps,
         nics_per_node=network.nics_per_node,
