@@ -143,47 +143,48 @@ def test_a_stopped_compute_node_is_named(cluster: Cluster) -> None:
     wait_until_healthy(cluster)
 
 
-def test_a_stopped_slurmd_is_named_and_ctrl_c_then_leaves_no_job_queued_or_running(cluster: Cluster) -> None:
-    # One fault, two observations, one repair: each repair waits out Slurm's clean-up of the
-    # jobs stuck on the node (about 90 s), so the Ctrl-C case shares this one.
+def test_a_stopped_slurmd_is_named(cluster: Cluster) -> None:
     cluster.on(GPU1, "sudo systemctl stop slurmd")
     try:
         code, report = validate(cluster, "--level", "quick")
         assert code == 1
         assert ("launch.srun", GPU1) in failing(report)
         assert {node for _check, node in failing(report)} == {GPU1}
-        # With slurmd still stopped, launch.srun's jobs wait for it: the moment to
-        # interrupt. The run must exit 130 and cancel its jobs.
-        interrupt_a_waiting_validate(cluster)
     finally:
         cluster.on(GPU1, "sudo systemctl start slurmd")
     wait_until_healthy(cluster)
 
 
-def interrupt_a_waiting_validate(cluster: Cluster) -> None:
-    listing = "squeue --noheader --format='%j %T' --states=PENDING,RUNNING"
-    # Jobs of the run before may still be listed while Slurm cleans up after the dead slurmd.
-    earlier = {line.split()[0] for line in cluster.on(HEAD, listing).stdout.splitlines()}
-    run = subprocess.Popen(
-        [*GPUCLUS, "validate", str(cluster.spec), "--only", "launch", "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 60
-    ours: list[str] = []
-    while not ours:
-        assert run.poll() is None, "validate ended before any job was seen"
-        assert time.monotonic() < deadline, "no validate job ever showed in squeue"
-        names = [line.split()[0] for line in cluster.on(HEAD, listing).stdout.splitlines()]
-        ours = [name for name in names if "gpuclus-validate" in name and name not in earlier]
-        time.sleep(0.3)
-    run.send_signal(signal.SIGINT)
-    stdout, _stderr = run.communicate(timeout=120)
-    assert run.returncode == 130
-    assert json.loads(stdout)["error"]["message"] == "interrupted"
-    left = cluster.on(HEAD, f"squeue --noheader --name={ours[0]} --states=PENDING,RUNNING").stdout
-    assert left.strip() == "", f"jobs left behind: {left}"
+def test_ctrl_c_leaves_no_job_queued_or_running(cluster: Cluster) -> None:
+    # With slurmd stopped on one node, launch.srun's jobs wait for it: the
+    # moment to interrupt. The run must exit 130 and cancel its jobs.
+    cluster.on(GPU1, "sudo systemctl stop slurmd")
+    try:
+        run = subprocess.Popen(
+            [*GPUCLUS, "validate", str(cluster.spec), "--only", "launch", "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        listing = "squeue --noheader --format='%j %T' --states=PENDING,RUNNING"
+        deadline = time.monotonic() + 60
+        ours: list[str] = []
+        while not ours:
+            assert run.poll() is None, "validate ended before any job was seen"
+            assert time.monotonic() < deadline, "no validate job ever showed in squeue"
+            ours = [
+                line.split()[0] for line in cluster.on(HEAD, listing).stdout.splitlines() if "gpuclus-validate" in line
+            ]
+            time.sleep(0.3)
+        run.send_signal(signal.SIGINT)
+        stdout, _stderr = run.communicate(timeout=120)
+        assert run.returncode == 130
+        assert json.loads(stdout)["error"]["message"] == "interrupted"
+        left = cluster.on(HEAD, f"squeue --noheader --name={ours[0]} --states=PENDING,RUNNING").stdout
+        assert left.strip() == "", f"jobs left behind: {left}"
+    finally:
+        cluster.on(GPU1, "sudo systemctl start slurmd")
+    wait_until_healthy(cluster)
 
 
 def test_a_replaced_munge_key_is_named(cluster: Cluster) -> None:
