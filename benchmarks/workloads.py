@@ -14,24 +14,11 @@ sandbox brought up with `--wheelhouse` and deployed:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
-import time
 
-
-def gpuclus(*args: str) -> tuple[float, dict[str, object]]:
-    start = time.perf_counter()
-    result = subprocess.run(
-        [sys.executable, "-m", "gpuclus", *args, "--json"], capture_output=True, text=True, check=False
-    )
-    elapsed = time.perf_counter() - start
-    if result.returncode != 0:
-        raise SystemExit(f"gpuclus {' '.join(args)} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
-    payload: dict[str, object] = json.loads(result.stdout)
-    return elapsed, payload
+# benchmarks/ is the script's own directory, so its sibling is importable: one way to run gpuclus --json.
+from sandbox import gpuclus
 
 
 def main() -> None:
