@@ -140,6 +140,9 @@ def test_fabric_values() -> None:
         ("slurm", {"version": "22.05.8"}),
         ("slurm", {"version": "24.05.1-1ubuntu1"}),
         ("network", {"fabric": "roce", "link_gbps": 3200, "nics_per_node": 16}),
+        ("slurm", {"health_check": {"interval": 10, "disks": [{"path": "/", "min_free_mb": 0}]}}),
+        ("slurm", {"health_check": {"enabled": False, "disks": []}}),
+        ("slurm", {"health_check": {"disks": [{"path": "/var/lib/slurm", "min_free_mb": 512}], "dcgm_diag": False}}),
     ],
 )
 def test_accepted_values(section: str, value: dict[str, Any]) -> None:
@@ -156,11 +159,32 @@ def test_accepted_values(section: str, value: dict[str, Any]) -> None:
         ("network", {"nics_per_node": 17}),
         ("nvidia", {"cuda": {"version": "12"}}),
         ("nfs", {"server_impl": "samba"}),
+        ("slurm", {"health_check": {"interval": 5}}),
+        ("slurm", {"health_check": {"interval": 86_401}}),
+        ("slurm", {"health_check": {"disks": [{"path": "/tmp/", "min_free_mb": 1}]}}),
+        ("slurm", {"health_check": {"disks": [{"path": "tmp", "min_free_mb": 1}]}}),
+        ("slurm", {"health_check": {"disks": [{"path": '/x"y', "min_free_mb": 1}]}}),
+        ("slurm", {"health_check": {"disks": [{"path": "/tmp", "min_free_mb": -1}]}}),
+        ("slurm", {"health_check": {"disks": [{"path": "/tmp", "min_free_mb": 1}, {"path": "/tmp", "min_free_mb": 2}]}}),
     ],
 )
 def test_refused_values(section: str, value: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
         _spec(**{section: value})
+
+
+def test_health_check_defaults_watch_root_and_tmp() -> None:
+    health = _spec().slurm.health_check
+    assert (health.enabled, health.interval, health.dcgm_diag) == (True, 300, True)
+    assert [(floor.path, floor.min_free_mb) for floor in health.disks] == [("/", 1024), ("/tmp", 1024)]
+
+
+def test_health_check_error_names_the_line_and_the_rule() -> None:
+    text = yaml.safe_dump({**MINIMAL, "slurm": {"health_check": {"disks": [{"path": "/scratch/", "min_free_mb": 1}]}}})
+    errors = [finding for finding in load_spec_text(text).findings if finding.severity is Severity.ERROR]
+    assert len(errors) == 1
+    assert errors[0].path == "slurm.health_check.disks[0].path" and errors[0].line is not None
+    assert "must be / or an absolute path" in errors[0].message
 
 
 def test_gpu_count_bounds() -> None:

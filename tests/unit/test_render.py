@@ -161,11 +161,14 @@ def test_no_absolute_path_of_this_machine_in_the_output(name: str) -> None:
         for machine_path in machine_paths:
             assert machine_path not in text, (path, machine_path)
         # Outside comments, the only absolute paths are the spec's NFS paths, the
-        # paths on the nodes the pytorch phase derives from them, and the
-        # known_hosts file the caller named.
+        # paths on the nodes the pytorch phase derives from them, the health
+        # check's program and watched file systems, and the known_hosts file
+        # the caller named.
         settings = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
         for found in re.findall(r"(?<![\w.])/[\w./-]+", settings):
-            assert path.endswith(("nfs.yml", "pytorch.yml")) or (path == "ansible.cfg" and found == KNOWN_HOSTS), (
+            assert path.endswith(("nfs.yml", "pytorch.yml", "slurm.yml")) or (
+                path == "ansible.cfg" and found == KNOWN_HOSTS
+            ), (
                 path,
                 found,
             )

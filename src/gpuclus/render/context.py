@@ -119,6 +119,12 @@ def _cluster_vars(spec: ClusterSpec, topology: Topology, controller: Node) -> di
     }
 
 
+# Where the slurm_health role installs the health check, and how its drain
+# reasons start: the prefix tells the nodes it drained from an admin's drains.
+HEALTH_CHECK_PROGRAM = "/usr/local/sbin/gpuclus-healthcheck"
+HEALTH_REASON_PREFIX = "gpuclus-health:"
+
+
 def _slurm_vars(spec: ClusterSpec, topology: Topology) -> dict[str, Any]:
     partitions = [
         {
@@ -133,6 +139,19 @@ def _slurm_vars(spec: ClusterSpec, topology: Topology) -> dict[str, Any]:
         "gpuclus_slurm_version": spec.slurm.version,
         "gpuclus_slurm_accounting": spec.slurm.accounting,
         "gpuclus_slurm_partitions": partitions,
+        "gpuclus_slurm_health_check": _health_check_vars(spec),
+    }
+
+
+def _health_check_vars(spec: ClusterSpec) -> dict[str, Any]:
+    health = spec.slurm.health_check
+    return {
+        "enabled": health.enabled,
+        "program": HEALTH_CHECK_PROGRAM,
+        "interval": health.interval,
+        "reason_prefix": HEALTH_REASON_PREFIX,
+        "disks": [{"path": floor.path, "min_free_mb": floor.min_free_mb} for floor in health.disks],
+        "dcgm_diag": health.dcgm_diag,
     }
 
 

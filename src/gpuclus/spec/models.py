@@ -62,6 +62,8 @@ NODE_NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
 CLUSTER_NAME_PATTERN = r"^[a-z][a-z0-9-]{0,39}$"
 USER_PATTERN = r"^[a-z_][a-z0-9_-]{0,31}$"
 ABSOLUTE_PATH = r"^(/[A-Za-z0-9_.+@-]+)+$"
+# The same, or / itself: a file system to watch for free space.
+DISK_PATH_PATTERN = r"^/([A-Za-z0-9_.+@-]+(/[A-Za-z0-9_.+@-]+)*)?$"
 GPU_MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 PARTITION_PATTERN = r"^[A-Za-z0-9_-]{1,40}$"
 # Minutes or days bounded so Slurm's 32-bit time fields cannot overflow.
@@ -101,6 +103,8 @@ PATTERN_RULES = {
     USER_PATTERN: "is not a valid Linux user name (lower case, digits, '_' and '-')",
     ABSOLUTE_PATH: "must be an absolute path of letters, digits and '_', '.', '+', '@', '-' "
     "(no spaces, quotes, ',', ';', '#', braces or a trailing '/')",
+    DISK_PATH_PATTERN: "must be / or an absolute path of letters, digits and '_', '.', '+', '@', '-' "
+    "(no spaces, quotes or a trailing '/')",
     GPU_MODEL_PATTERN: "must be a short name without spaces, e.g. h100 (it becomes the Slurm GRES type)",
     PARTITION_PATTERN: "may use only letters, digits, '_' and '-' (at most 40)",
     MAX_TIME_PATTERN: "is not a Slurm time (UNLIMITED, minutes, or days-hours:minutes:seconds)",
@@ -191,6 +195,50 @@ class Partition(_Model):
     )
 
 
+class DiskFloor(_Model):
+    path: str = Field(pattern=DISK_PATH_PATTERN, description="A directory on the file system to watch, e.g. / or /tmp.")
+    min_free_mb: int = Field(
+        ge=0, le=100_000_000, description="Drain the node when that file system has less free space (MB) than this."
+    )
+
+
+def _default_disk_floors() -> list[DiskFloor]:
+    # / holds /var/spool/slurmd and the logs; /tmp is where jobs and Enroot write by default.
+    return [DiskFloor(path="/", min_free_mb=1024), DiskFloor(path="/tmp", min_free_mb=1024)]
+
+
+class HealthCheck(_Model):
+    enabled: bool = Field(
+        default=True,
+        description="Slurm runs gpuclus' health check on every compute node (HealthCheckProgram): it drains a node "
+        "whose GPUs, mounts, disk space, munge or slurmd fail, and resumes it once healthy.",
+    )
+    interval: int = Field(
+        default=300,
+        ge=10,
+        le=86_400,
+        description="Seconds between two checks of a node (HealthCheckInterval); a bad node is drained within this.",
+    )
+    disks: list[DiskFloor] = Field(
+        default_factory=_default_disk_floors,
+        max_length=16,
+        description="File systems that must keep free space: [{path, min_free_mb}]. Default: / and /tmp, 1024 MB each.",
+    )
+    dcgm_diag: bool = Field(
+        default=True,
+        description="Run `dcgmi diag -r 1` (a few seconds) as part of the check on nodes where DCGM is installed.",
+    )
+
+    @field_validator("disks")
+    @classmethod
+    def _one_floor_per_path(cls, value: list[DiskFloor]) -> list[DiskFloor]:
+        paths = [floor.path for floor in value]
+        twice = sorted({path for path in paths if paths.count(path) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} listed more than once; give each path one min_free_mb")
+        return value
+
+
 class Slurm(_Model):
     version: str | None = Field(
         default=None,
@@ -203,6 +251,9 @@ class Slurm(_Model):
     partitions: list[Partition] = Field(
         default_factory=list,
         description="Partitions; one default partition 'gpu' with every compute node when empty.",
+    )
+    health_check: HealthCheck = Field(
+        default_factory=HealthCheck, description="The node health check Slurm runs on the compute nodes."
     )
 
 
