@@ -210,18 +210,29 @@ class Context:
             rows.append(row)
         return rows, marked
 
-    def ssh_each(self, command: str, nodes: list[Node], timeout: float = 30.0) -> dict[str, CommandResult]:
+    def ssh_each(
+        self,
+        command: str | Callable[[Node], str],
+        nodes: list[Node],
+        timeout: float = 30.0,
+        *,
+        around: Callable[[str], str] | None = None,
+    ) -> dict[str, CommandResult]:
         """Run ``command`` on each node through the controller's SSH trust (for what must not need Slurm).
+
+        ``command`` may depend on the node. ``around`` rewrites each whole line
+        the controller runs (the ssh hop included), for what must be measured
+        on the controller's side of the hop: the config stage times it to read
+        each node's clock. It must keep ssh's exit status and stderr.
 
         A node whose SSH hop fails (ssh's own error, exit 255, or no answer in
         time) is remembered in ``unreachable``, so later checks name that cause.
         """
         lines = {}
         for node in nodes:
-            if node.name == self.controller.name:
-                lines[node.name] = command
-            else:
-                lines[node.name] = ssh_line(node.name, command)
+            text = command(node) if callable(command) else command
+            line = text if node.name == self.controller.name else ssh_line(node.name, text)
+            lines[node.name] = around(line) if around is not None else line
         results = self.remote.run_many(lines, timeout=timeout)
         for node in nodes:
             if node.name == self.controller.name:
