@@ -209,6 +209,7 @@ def test_a_quick_run_with_a_stopped_compute_node_names_it_unreachable_and_blames
     assert {failure["node"] for failure in failures} == {GPU02}
     assert {failure["check"] for failure in failures} == {
         "cluster.node-states",
+        "config.files",  # the config stage's first check names it; the stage's later ones SKIP it
         "launch.munge",
         "launch.srun",
         "monitoring.targets",
@@ -216,7 +217,9 @@ def test_a_quick_run_with_a_stopped_compute_node_names_it_unreachable_and_blames
     for failure in failures:
         assert "munge.key" not in failure["hint"] and "gpus.count" not in failure["hint"], failure
         assert "prometheus-node-exporter" not in failure["hint"], failure
+        assert "gpuclus deploy`" not in failure["hint"], failure  # a node that is down is not drift
     by_check = {failure["check"]: failure for failure in failures}
+    assert by_check["config.files"]["message"].startswith("val-gpu02 unreachable: ssh: connect to host")
     assert by_check["launch.munge"]["message"].startswith("val-gpu02 unreachable: ssh: connect to host")
     assert "unreachable" in by_check["launch.srun"]["message"]
     assert "down+not_responding" in by_check["launch.srun"]["message"]

@@ -1607,6 +1607,11 @@ def test_registry_ids_are_unique_and_in_stage_order() -> None:
         "cluster.node-states",
         "cluster.partitions",
         "cluster.gres",
+        "config.files",
+        "config.names",
+        "config.clock",
+        "config.mounts",
+        "config.services",
         "launch.munge",
         "launch.srun",
         "launch.gres-devices",
@@ -1627,6 +1632,11 @@ def test_registry_ids_are_unique_and_in_stage_order() -> None:
     # What must work without Slurm does not depend on it.
     assert {c.id for c in checks if not c.needs_slurm} == {
         "cluster.slurmctld",
+        "config.files",
+        "config.names",
+        "config.clock",
+        "config.mounts",
+        "config.services",
         "launch.munge",
         "storage.shared-fs",
         "monitoring.targets",

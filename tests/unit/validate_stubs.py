@@ -257,8 +257,14 @@ def sacct_for(remote: StubRemote) -> Callable[[str], CommandResult]:
 
 def healthy_remote() -> StubRemote:
     """Every command of a standard-level run on the healthy sandbox, answered with recorded output."""
+    # The config stage's survey, answered by stand-in nodes (config_survey_stubs imports this module).
+    from config_survey_stubs import healthy_cluster
+
+    from gpuclus.validate.checks.config.survey import SCRIPT_MARK
+
     remote = StubRemote()
     remote.rules += [
+        (SCRIPT_MARK, healthy_cluster().answer),  # first: its lines also hold words the rules below match
         ("scontrol ping", PING_UP),
         ("scontrol --oneliner show node", ok(NODES_HEALTHY)),
         ("sinfo --noheader", ok(PARTITIONS)),

@@ -8,12 +8,25 @@ from __future__ import annotations
 
 from gpuclus.errors import UsageError
 from gpuclus.validate.check import Check
-from gpuclus.validate.checks import accounting, cluster, containers, gpu, launch, monitoring, storage, workloads
+from gpuclus.validate.checks import (
+    accounting,
+    cluster,
+    config,
+    containers,
+    gpu,
+    launch,
+    monitoring,
+    storage,
+    workloads,
+)
 from gpuclus.validate.model import Level
 
 # Each stage's checks, stages in run order.
 _STAGE_CHECKS: dict[str, list[Check]] = {
     "cluster": cluster.CHECKS,
+    # Right after Slurm's own view, before anything starts a job: a node whose files, names, clock or
+    # services drifted since the deploy is named for that cause first (SSH only, no Slurm needed).
+    "config": config.CHECKS,
     "launch": launch.CHECKS,
     "storage": storage.CHECKS,
     "gpu": gpu.CHECKS,
