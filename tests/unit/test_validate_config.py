@@ -724,3 +724,12 @@ def test_the_controller_runs_its_own_survey_without_an_ssh_hop() -> None:
     survey(ctx)
     (own,) = [line for line in remote.matching(SCRIPT_MARK) if "StrictHostKeyChecking" not in line]
     assert own.startswith("python3 -c ") and " sh -c " in own
+
+
+def test_a_gres_conf_that_differs_also_says_what_it_gets_wrong_against_the_spec() -> None:
+    cluster = healthy_cluster()
+    cluster.node(GPU01).edit("/etc/slurm/gres.conf", GRES_CONF_FAKE.replace("[0-1]", "[0-3]"))
+    assert failing(run("config.files", cluster)) == {
+        GPU01: "/etc/slurm/gres.conf differs from val-gpu02's copy, unchanged since the last deploy; it was changed "
+        "after this node's last deploy; /etc/slurm/gres.conf lists 4 GPU(s); the spec gives val-gpu01 2"
+    }

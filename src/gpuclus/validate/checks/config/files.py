@@ -51,7 +51,8 @@ def files_agree(ctx: Context) -> Outcome:
         ctx,
         taken,
         rows,
-        message=f"{len(taken.rules)} kinds of file, the controller's copies as the reference",
+        message=f"{len(taken.rules)} rendered files compared among the nodes that hold them and with the spec; "
+        f"the reference is {ctx.controller.name}'s copy where it holds one",
         hint=deploy_hint(
             "writes every file from the spec again (only those that differ, restarting the daemons that read them)"
         ),
@@ -162,20 +163,22 @@ def _node_problems(
         others = [member.name for member in members if member.name != node.name]
         return [f"{path} differs from the copy on {_names(others)} and no majority says which is right"]
     after = "; it was changed after this node's last deploy" if changed_since_deploy(answer, rule) else ""
+    found = []
     if copy.sha256 != reference.sha256:
         if rule.secret and reference.holders == (controller,):
             # Neither the key nor its hash: only that it is not the controller's.
             return [f"{path} differs from the controller's ({controller})" + after]
-        return [f"{path} differs from {reference.said}" + after]
+        found.append(f"{path} differs from {reference.said}" + after)
     if rule.spec_check is None:
-        return []
-    # The same copy as the reference: read its own text if it printed one, else the reference's.
+        return found
+    # Its own text where it printed one (then also what a differing copy gets wrong), else the
+    # reference's, which its copy equals.
     shown = answer.contents.get(rule.key)
-    if shown is None:
+    if shown is None and not found:
         shown = next((answered[name].contents.get(rule.key) for name in reference.holders), None)
-    if shown is None:
-        return []
-    return [f"{path} {problem}" for problem in rule.spec_check(shown, node)]
+    if shown is not None:
+        found += [f"{path} {problem}" for problem in rule.spec_check(shown, node)]
+    return found
 
 
 def _names(names: list[str] | tuple[str, ...]) -> str:
