@@ -56,7 +56,7 @@ def judge(node: str, answer: NodeSurvey, controller: str) -> NodeResult:
     chrony = f"; chrony: {answer.chrony}" if answer.chrony else ""
     message = f"{describe(sample)} from {controller}{chrony}"
     value = round(sample.offset, 3)
-    expected = f"|offset| < {CLOCK_WARN_S} s"
+    expected = f"|offset| < {CLOCK_WARN_S}"
     return NodeResult(node, verdict(sample), message, value, expected, "s")
 
 
