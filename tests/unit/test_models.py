@@ -165,7 +165,10 @@ def test_accepted_values(section: str, value: dict[str, Any]) -> None:
         ("slurm", {"health_check": {"disks": [{"path": "tmp", "min_free_mb": 1}]}}),
         ("slurm", {"health_check": {"disks": [{"path": '/x"y', "min_free_mb": 1}]}}),
         ("slurm", {"health_check": {"disks": [{"path": "/tmp", "min_free_mb": -1}]}}),
-        ("slurm", {"health_check": {"disks": [{"path": "/tmp", "min_free_mb": 1}, {"path": "/tmp", "min_free_mb": 2}]}}),
+        (
+            "slurm",
+            {"health_check": {"disks": [{"path": "/tmp", "min_free_mb": 1}, {"path": "/tmp", "min_free_mb": 2}]}},
+        ),
     ],
 )
 def test_refused_values(section: str, value: dict[str, Any]) -> None:

@@ -51,7 +51,8 @@ def validate(
         str,
         typer.Option(
             "--level",
-            help="quick (Slurm state, munge, launch, GRES, nvidia-smi, Prometheus), standard (+ MPI, storage, "
+            help="quick (Slurm state, the nodes' config against the spec and each other, munge, launch, GRES, "
+            "nvidia-smi, Prometheus), standard (+ NFS mounts, MPI, storage, "
             "GPU isolation and driver, containers, accounting) or full (+ GPU performance, NCCL, DDP, and the "
             "workloads stage: the job templates as Slurm jobs, the scaling from one node to all).",
         ),
