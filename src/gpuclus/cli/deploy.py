@@ -98,27 +98,7 @@ def deploy(
             preflight=not no_preflight,
             reboot=reboot,
         )
-        view = _ProgressView(out, len(loaded.topology.nodes), check=check, only=bool(only))
-        previous = signal.getsignal(signal.SIGINT)
-
-        def interrupt(signum: int, frame: FrameType | None) -> None:
-            if not view.runs:
-                raise KeyboardInterrupt  # before Ansible: nothing to stop but gpuclus
-            if any(run.cancelled.is_set() for run in view.runs):
-                out.note("[yellow]killing Ansible now[/]")
-                for run in view.runs:
-                    run.kill()
-                return
-            out.note("[yellow]interrupted: stopping Ansible (Ctrl-C again to kill it at once)...[/]")
-            for run in view.runs:
-                run.cancel()
-
-        signal.signal(signal.SIGINT, interrupt)
-        try:
-            with view:
-                result = pipeline.deploy(request, loaded, view)
-        finally:
-            signal.signal(signal.SIGINT, previous)
+        result = run_with_progress(out, request, loaded, check=check, only=bool(only))
         payload = {
             "ok": result.exit_code == 0,
             "exit_code": int(result.exit_code),
@@ -131,6 +111,38 @@ def deploy(
             _print_summary(out, result.record, result.seconds)
         if result.exit_code != 0:
             raise typer.Exit(int(result.exit_code))
+
+
+def run_with_progress(out: Output, request: Any, loaded: Any, *, check: bool = False, only: bool = False) -> Any:
+    """Run a deploy with the phase lines on stderr (none in JSON mode); Ctrl-C stops Ansible cleanly.
+
+    Shared by `gpuclus deploy` and the commands that deploy as one of their
+    steps (`gpuclus nodes remove`). Returns the pipeline's DeployResult.
+    """
+    from gpuclus.deploy import pipeline
+
+    view = _ProgressView(out, len(loaded.topology.nodes), check=check, only=only)
+    previous = signal.getsignal(signal.SIGINT)
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        if not view.runs:
+            raise KeyboardInterrupt  # before Ansible: nothing to stop but gpuclus
+        if any(run.cancelled.is_set() for run in view.runs):
+            out.note("[yellow]killing Ansible now[/]")
+            for run in view.runs:
+                run.kill()
+            return
+        out.note("[yellow]interrupted: stopping Ansible (Ctrl-C again to kill it at once)...[/]")
+        for run in view.runs:
+            run.cancel()
+
+    signal.signal(signal.SIGINT, interrupt)
+    try:
+        with view:
+            result = pipeline.deploy(request, loaded, view)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return result
 
 
 class _PhaseMark(SpinnerColumn):

@@ -21,6 +21,7 @@ from gpuclus.cli import completion
 from gpuclus.cli import deploy as deploy_cli
 from gpuclus.cli import image as image_cli
 from gpuclus.cli import init as init_cli
+from gpuclus.cli import nodes as nodes_cli
 from gpuclus.cli import plan as plan_cli
 from gpuclus.cli import preflight as preflight_cli
 from gpuclus.cli import render as render_cli
@@ -79,6 +80,7 @@ app.command("preflight", epilog=EPILOG)(preflight_cli.preflight)
 app.command("plan", epilog=EPILOG)(plan_cli.plan)
 app.command("deploy", epilog=EPILOG)(deploy_cli.deploy)
 app.add_typer(runs_cli.runs_app, name="runs")
+app.add_typer(nodes_cli.app, name="nodes")
 app.command("validate", epilog=EPILOG)(validate_cli.validate)
 app.command("status", epilog=EPILOG)(status_cli.status)
 app.add_typer(image_cli.app, name="image")

@@ -1,0 +1,1 @@
+"""Day-two node membership: taking nodes out of a deployed cluster (`gpuclus nodes remove`)."""
