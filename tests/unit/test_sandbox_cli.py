@@ -344,8 +344,9 @@ def test_up_status_ssh_down(tmp_path: Path, as_root: None, fake: FakeEngine, mon
     assert not [call for call in new_calls if call[0] in {"run", "exec", "start"} or call[:2] == ["network", "create"]]
     outputs += [again.stdout, again.stderr]
 
-    # up with another shape is refused while this one stands.
-    reshaped = invoke("up", "--name", "lab", "--nodes", "2", "--spec", str(spec))
+    # up with another shape is refused while this one stands (another number of
+    # compute nodes is not: test_sandbox_reshape.py).
+    reshaped = invoke("up", "--name", "lab", "--gpus-per-node", "1", "--spec", str(spec))
     assert reshaped.exit_code == 1
     assert "already up with 3 nodes" in reshaped.stderr
     other = invoke("up", "--name", "other", "--spec", str(spec))

@@ -7,7 +7,7 @@ import shlex
 import shutil
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -16,6 +16,9 @@ from rich.table import Table
 from gpuclus.cli.common import JsonOption, handled
 from gpuclus.errors import UsageError
 from gpuclus.output import Output
+
+if TYPE_CHECKING:
+    from gpuclus.sandbox.lifecycle import UpResult
 
 app = typer.Typer(
     help="Local container nodes (systemd + sshd) to try and test gpuclus without hardware.",
@@ -46,7 +49,14 @@ def _engine_choice(value: str) -> str:
 @app.command("up")
 def up(
     name: Annotated[str, typer.Option("--name", help="Cluster name; nodes are NAME-head, NAME-gpu01, ...")] = "sandbox",
-    nodes: Annotated[int, typer.Option("--nodes", help="Nodes: one controller, the rest compute.")] = 3,
+    nodes: Annotated[
+        int,
+        typer.Option(
+            "--nodes",
+            help="Nodes: one controller, the rest compute. On a sandbox that is up here (2 nodes or more), "
+            "a new count adds or removes compute nodes.",
+        ),
+    ] = 3,
     gpus_per_node: Annotated[
         int, typer.Option("--gpus-per-node", help="Fake GPUs (device nodes, no driver) per compute node.")
     ] = 2,
@@ -109,6 +119,16 @@ def up(
     Running it again is a no-op that reports the nodes; an interrupted run is
     completed by the next.
 
+    Run again with another --nodes (2 nodes or more before and after), it
+    grows or shrinks the sandbox: the head and the compute nodes that stay are left as
+    they are, new compute nodes get the next names and addresses and are set
+    up as above, the highest-numbered ones are removed, and the spec is
+    rewritten for the new count. It changes containers, not the cluster: run
+    `gpuclus deploy` after adding nodes, and take nodes out of Slurm
+    (`gpuclus nodes remove`) before shrinking, since removing a container
+    does not. Other changes (--gpus-per-node, --subnet, to or from 1 node)
+    need `gpuclus sandbox down` first.
+
     Needs root. Exit 0 when every node answers over SSH, 1 when a step failed,
     2 for bad options or a missing prerequisite.
     """
@@ -136,14 +156,20 @@ def up(
         for note in result.notes:
             out.warn(note)
         _print_nodes(out, [(s.name, s.role, s.address, s.gpus, s.state, s.ssh) for s in result.nodes])
+        _print_reshape(out, result)
         verb = "up" if result.changed else "already up, nothing to do"
         out.result(
             f"[green]✓[/] sandbox {escape(result.cluster)} {verb} in {result.seconds:.1f} s "
             f"({result.engine}, {result.subnet}); spec: {escape(result.spec)}"
         )
-        out.result(
-            f"  next: gpuclus spec check {escape(result.spec)}   |   gpuclus sandbox ssh {escape(result.nodes[0].name)}"
-        )
+        if result.added_nodes:
+            # The new containers are bare nodes until a deploy puts the cluster on them.
+            out.result(f"  next: gpuclus deploy {escape(result.spec)}")
+        else:
+            out.result(
+                f"  next: gpuclus spec check {escape(result.spec)}   |   "
+                f"gpuclus sandbox ssh {escape(result.nodes[0].name)}"
+            )
 
 
 @app.command("down")
@@ -278,6 +304,15 @@ def ssh(
             *ctx.args,
         ]
         os.execv(client, argv)
+
+
+def _print_reshape(out: Output, result: UpResult) -> None:
+    """One line per compute node that this `up` added to, or removed from, a sandbox that was up."""
+    addresses = {node.name: node.address for node in result.nodes}
+    for name in result.added_nodes:
+        out.result(f"added node {escape(name)} at {addresses[name]}")
+    for name in result.removed_nodes:
+        out.result(f"removed node {escape(name)}")
 
 
 def _elsewhere(cluster: str | None, where: str | None) -> str:

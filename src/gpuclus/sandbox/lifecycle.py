@@ -23,7 +23,7 @@ from gpuclus.sandbox import hostprep
 from gpuclus.sandbox.aptsources import check_mirror
 from gpuclus.sandbox.engine import Engine, SandboxError, docker_engine, podman_engine
 from gpuclus.sandbox.image import build_image, host_recipe, image_present, remove_cached_images
-from gpuclus.sandbox.layout import SandboxLayout, pick_subnet, sandbox_layout, sandbox_spec_text
+from gpuclus.sandbox.layout import SandboxLayout, SandboxNode, pick_subnet, sandbox_layout, sandbox_spec_text
 from gpuclus.sandbox.network import ensure_network, remove_network, taken_networks
 from gpuclus.sandbox.nodes import (
     NodeStatus,
@@ -56,6 +56,10 @@ class UpResult:
     nodes: list[NodeStatus]
     seconds: float
     notes: list[str] = field(default_factory=list)
+    # Compute nodes this `up` added to, or removed from, a sandbox that was
+    # already up (--nodes changed); a fresh sandbox adds none.
+    added_nodes: list[str] = field(default_factory=list)
+    removed_nodes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "seconds": round(self.seconds, 1)}
@@ -173,28 +177,8 @@ def up(options: UpOptions, say: Say) -> UpResult:
         raise held.refusal()
 
     if existing is not None:
-        layout = existing.layout
-        if (len(layout.nodes), layout.gpus_per_node) != (options.nodes, options.gpus_per_node) or (
-            options.subnet and options.subnet != layout.subnet
-        ):
-            raise SandboxError(
-                f"sandbox {layout.cluster!r} is already up with {len(layout.nodes)} nodes, "
-                f"{layout.gpus_per_node} GPUs each, on {layout.subnet}",
-                "run `gpuclus sandbox down` first to change its shape",
-            )
-        # Like the shape: a re-up without --artifacts (--wheelhouse) must not quietly
-        # turn the containers (pytorch) phase off in the spec it rewrites, nor turn it on.
-        for option, had, wanted in (
-            ("--artifacts", existing.artifacts_dir, artifacts),
-            ("--wheelhouse", existing.wheelhouse_dir, wheelhouse),
-        ):
-            if had != wanted:
-                raise SandboxError(
-                    f"sandbox {layout.cluster!r} is already up "
-                    + (f"with {option} {had}" if had else f"without {option}"),
-                    (f"pass {option} {had} again, or run" if had else "run")
-                    + " `gpuclus sandbox down` first to change it",
-                )
+        layout = _reshaped_layout(existing, options)
+        _refuse_phase_change(existing, artifacts, wheelhouse)
     else:
         subnet = pick_subnet(options.subnet, taken_networks(engine, options.cluster))
         layout = sandbox_layout(options.cluster, options.nodes, options.gpus_per_node, subnet)
@@ -211,6 +195,11 @@ def up(options: UpOptions, say: Say) -> UpResult:
         image_built = True
 
     public_key = state.ensure_ssh_key()
+    added = [node.name for node in _nodes_not_in(layout, existing.layout)] if existing else []
+    dropped = _nodes_not_in(existing.layout, layout) if existing else []
+    # Removed before the record stops naming them: an interrupted shrink is
+    # finished by the next `up` with the same --nodes, or by `down`.
+    _remove_dropped_nodes(engine, state, dropped, {r.name for r in held.my("node")}, say)
     # Written before anything is created, so an interrupted up can be taken
     # down (or completed) by name.
     write_text_atomic(
@@ -221,7 +210,7 @@ def up(options: UpOptions, say: Say) -> UpResult:
     )
     changed = image_built | ensure_network(engine, layout, say, owner) | ensure_volume(engine, layout, owner)
     created = ensure_nodes(engine, layout, recipe.tag, say, owner)
-    changed |= bool(created)
+    changed |= bool(created) | bool(dropped)
 
     statuses = {status.name: status for status in inspect_nodes(engine, layout)}
     not_running = [name for name, status in statuses.items() if status.state != "running"]
@@ -260,7 +249,108 @@ def up(options: UpOptions, say: Say) -> UpResult:
         nodes=checked,
         seconds=time.monotonic() - started,
         notes=notes,
+        added_nodes=added,
+        removed_nodes=[node.name for node in dropped],
     )
+
+
+# Changing the number of nodes of a sandbox that is up ---------------------------------------
+
+
+def _reshaped_layout(existing: SandboxRecord, options: UpOptions) -> SandboxLayout:
+    """The layout a re-up asks for: the recorded one, or it with compute nodes added or removed at the end.
+
+    Only the number of compute nodes may change while a sandbox is up: the
+    GPUs per node and the subnet are in every running node, and a 1-node
+    sandbox's head is its compute node too. The nodes that stay keep their
+    names and addresses: sandbox_layout places nodes by index alone.
+    """
+    layout = existing.layout
+    refusal = _shape_refusal(layout, options)
+    if refusal is not None:
+        raise refusal
+    if options.nodes == len(layout.nodes):
+        return layout
+    wanted = sandbox_layout(layout.cluster, options.nodes, layout.gpus_per_node, layout.subnet)
+    kept = min(len(layout.nodes), options.nodes)
+    if wanted.nodes[:kept] != layout.nodes[:kept]:
+        # A record whose nodes sit elsewhere (edited, or from another layout
+        # scheme): adding or removing nodes would move the ones that stay.
+        raise SandboxError(
+            f"{_shape(layout)}, but its recorded nodes are not where `up` places them now",
+            "run `gpuclus sandbox down` first to change its shape",
+        )
+    return wanted
+
+
+def _shape_refusal(layout: SandboxLayout, options: UpOptions) -> SandboxError | None:
+    """Why ``options`` cannot be applied to the sandbox that is up, or None when they can."""
+    count = len(layout.nodes)
+    if options.gpus_per_node != layout.gpus_per_node:
+        return SandboxError(
+            f"{_shape(layout)}: --gpus-per-node {options.gpus_per_node} cannot change a sandbox that is up",
+            f"pass --gpus-per-node {layout.gpus_per_node} (`up` only adds or removes compute nodes), "
+            "or run `gpuclus sandbox down` first",
+        )
+    if options.subnet and options.subnet != layout.subnet:
+        return SandboxError(
+            f"{_shape(layout)}: --subnet {options.subnet} cannot change a sandbox that is up",
+            "leave --subnet out (`up` only adds or removes compute nodes), or run `gpuclus sandbox down` first",
+        )
+    if options.nodes != count and 1 in (count, options.nodes):
+        return SandboxError(
+            f"{_shape(layout)}: --nodes {options.nodes} would turn "
+            + ("its head into a controller only" if count == 1 else "its head into its only compute node"),
+            "`up` adds or removes compute nodes between 2 nodes or more; "
+            "run `gpuclus sandbox down` first to go to or from 1 node",
+        )
+    return None
+
+
+def _refuse_phase_change(existing: SandboxRecord, artifacts: str | None, wheelhouse: str | None) -> None:
+    """Like the shape: a re-up without --artifacts (--wheelhouse) must not quietly
+    turn the containers (pytorch) phase off in the spec it rewrites, nor turn it on."""
+    for option, had, wanted in (
+        ("--artifacts", existing.artifacts_dir, artifacts),
+        ("--wheelhouse", existing.wheelhouse_dir, wheelhouse),
+    ):
+        if had != wanted:
+            raise SandboxError(
+                f"sandbox {existing.cluster!r} is already up "
+                + (f"with {option} {had}" if had else f"without {option}"),
+                (f"pass {option} {had} again, or run" if had else "run") + " `gpuclus sandbox down` first to change it",
+            )
+
+
+def _shape(layout: SandboxLayout) -> str:
+    count = len(layout.nodes)
+    return (
+        f"sandbox {layout.cluster!r} is already up with {count} node{'s' if count != 1 else ''}, "
+        f"{layout.gpus_per_node} GPUs each, on {layout.subnet}"
+    )
+
+
+def _nodes_not_in(layout: SandboxLayout, other: SandboxLayout) -> list[SandboxNode]:
+    """The nodes of ``layout`` that ``other`` does not have (by name), in layout order."""
+    names = {node.name for node in other.nodes}
+    return [node for node in layout.nodes if node.name not in names]
+
+
+def _remove_dropped_nodes(
+    engine: Engine, state: StateDir, dropped: list[SandboxNode], present: set[str], say: Say
+) -> None:
+    """Remove the containers of nodes a smaller --nodes leaves out, and their host keys.
+
+    Only containers that are there (``present``: this directory's): a shrink
+    interrupted after the removal is finished without asking the engine for
+    containers that are gone. The nodes stay in a deployed cluster's Slurm:
+    taking them out is `gpuclus nodes remove`'s job, before this.
+    """
+    if not dropped:
+        return
+    remove_nodes(engine, [node.name for node in dropped if node.name in present], say)
+    # The address comes back with the next node of that index, with a new host key.
+    state.forget_known_hosts([node.address for node in dropped])
 
 
 def _spec_text(layout: SandboxLayout, artifacts: str | None, wheelhouse: str | None = None) -> str:
