@@ -23,7 +23,15 @@ from dataclasses import dataclass
 
 from gpuclus.spec.topology import Node
 from gpuclus.validate.checks.config.expected import FileRule
-from gpuclus.validate.checks.config.survey import NodeSurvey, Survey, deploy_hint, outcome, survey, unsurveyed
+from gpuclus.validate.checks.config.survey import (
+    NodeSurvey,
+    Survey,
+    deploy_hint,
+    in_spec_order,
+    outcome,
+    survey,
+    unsurveyed,
+)
 from gpuclus.validate.context import Context
 from gpuclus.validate.model import NodeResult, Outcome, Status
 
@@ -45,12 +53,10 @@ def files_agree(ctx: Context) -> Outcome:
     problems = judge(taken, ctx.controller.name, list(ctx.topology.nodes))
     for node in answered:
         rows.append(node_row(node, taken.rules, problems.get(node.name, []), taken.answered[node.name]))
-    order = {node.name: index for index, node in enumerate(ctx.selected)}
-    rows.sort(key=lambda row: order[row.node])
     return outcome(
         ctx,
         taken,
-        rows,
+        in_spec_order(rows, list(ctx.selected)),
         message=f"{len(taken.rules)} rendered files compared among the nodes that hold them and with the spec; "
         f"the reference is {ctx.controller.name}'s copy where it holds one",
         hint=deploy_hint(

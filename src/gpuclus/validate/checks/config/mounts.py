@@ -12,7 +12,15 @@ no NFS client; storage.shared-fs reads the exports with libnfs there).
 from __future__ import annotations
 
 from gpuclus.validate.checks.config.expected import Mount, mounts_for
-from gpuclus.validate.checks.config.survey import MOUNT_TOUCH_S, NodeSurvey, deploy_hint, outcome, survey, unsurveyed
+from gpuclus.validate.checks.config.survey import (
+    MOUNT_TOUCH_S,
+    NodeSurvey,
+    deploy_hint,
+    in_spec_order,
+    outcome,
+    survey,
+    unsurveyed,
+)
 from gpuclus.validate.context import Context
 from gpuclus.validate.model import NodeResult, Outcome, Status, skipped
 
@@ -37,12 +45,10 @@ def exports_mounted(ctx: Context) -> Outcome:
     rows, answered = unsurveyed(ctx, taken, CHECK_ID, clients)
     for node in answered:
         rows.append(judge(node.name, mounts_for(node, ctx.spec, ctx.topology), taken.answered[node.name]))
-    order = {node.name: index for index, node in enumerate(clients)}
-    rows.sort(key=lambda row: order[row.node])
     return outcome(
         ctx,
         taken,
-        rows,
+        in_spec_order(rows, list(clients)),
         message=f"{len(ctx.spec.nfs.exports)} export(s) on {len(clients)} client(s)",
         hint="on the node: `findmnt MOUNT`, `systemctl status MOUNT.automount` (systemd-escape names it), "
         "`mount -a`; on the server: `exportfs -v`; " + deploy_hint("writes the fstab lines and mounts them again"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from gpuclus.spec.topology import Node, Topology
 from gpuclus.validate.checks.config.expected import is_ipv4
-from gpuclus.validate.checks.config.survey import NodeSurvey, deploy_hint, outcome, survey, unsurveyed
+from gpuclus.validate.checks.config.survey import NodeSurvey, deploy_hint, in_spec_order, outcome, survey, unsurveyed
 from gpuclus.validate.context import Context
 from gpuclus.validate.model import NodeResult, Outcome, Status
 
@@ -23,12 +23,10 @@ def names_resolve(ctx: Context) -> Outcome:
     taken = survey(ctx)
     rows, answered = unsurveyed(ctx, taken, CHECK_ID, list(ctx.selected))
     rows += [judge(node.name, taken.answered[node.name], ctx.topology) for node in answered]
-    order = {node.name: index for index, node in enumerate(ctx.selected)}
-    rows.sort(key=lambda row: order[row.node])
     return outcome(
         ctx,
         taken,
-        rows,
+        in_spec_order(rows, list(ctx.selected)),
         message=f"{len(ctx.topology.nodes)} cluster name(s) looked up on each node",
         hint="`getent ahostsv4 NAME` on the node shows its answer: a line in its /etc/hosts, or DNS, gives another "
         "address; " + deploy_hint("writes /etc/hosts from the spec again (base role)"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuclus.validate.checks.config.expected import Service, ServicePlan, services_for
-from gpuclus.validate.checks.config.survey import NodeSurvey, deploy_hint, outcome, survey, unsurveyed
+from gpuclus.validate.checks.config.survey import NodeSurvey, deploy_hint, in_spec_order, outcome, survey, unsurveyed
 from gpuclus.validate.context import Context
 from gpuclus.validate.model import NodeResult, Outcome, Status
 
@@ -27,12 +27,10 @@ def services_running(ctx: Context) -> Outcome:
     rows, answered = unsurveyed(ctx, taken, CHECK_ID, list(ctx.selected))
     for node in answered:
         rows.append(judge(node.name, services_for(node, ctx.spec, ctx.topology), taken.answered[node.name]))
-    order = {node.name: index for index, node in enumerate(ctx.selected)}
-    rows.sort(key=lambda row: order[row.node])
     return outcome(
         ctx,
         taken,
-        rows,
+        in_spec_order(rows, list(ctx.selected)),
         message="systemd's word on each unit gpuclus runs there",
         hint="on the node: `systemctl status UNIT` and `journalctl -u UNIT` say why it stopped; "
         + deploy_hint("enables and starts every unit it manages again"),

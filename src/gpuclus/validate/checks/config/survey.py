@@ -399,6 +399,12 @@ def unsurveyed(ctx: Context, taken: Survey, check: str, nodes: list[Node]) -> tu
     return rows, answered
 
 
+def in_spec_order(rows: list[NodeResult], nodes: list[Node]) -> list[NodeResult]:
+    """``rows`` sorted as ``nodes`` lists their nodes (the unreachable rows come first otherwise)."""
+    order = {node.name: index for index, node in enumerate(nodes)}
+    return sorted(rows, key=lambda row: order[row.node])
+
+
 def outcome(ctx: Context, taken: Survey, rows: list[NodeResult], *, message: str, hint: str) -> Outcome:
     """The check's outcome: its own hint, unless every failure is a node SSH could not reach."""
     cut_off = [row.node for row in rows if row.status is Status.FAIL and row.node in taken.unreachable]
