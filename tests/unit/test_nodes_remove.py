@@ -224,6 +224,8 @@ def test_force_cancels_the_jobs_on_the_nodes() -> None:
     controller = Controller([["41", "42"], []], known=["gpu03", "gpu04"])
     outcome, said = _drain(controller, force=True)
     assert "sudo -n scancel --nodelist=gpu03,gpu04" in controller.commands
+    # Then DOWN, so jobs on a dead node do not sit in COMPLETING until SlurmdTimeout.
+    assert controller.commands[-2] == f"sudo -n scontrol update NodeName=gpu03,gpu04 State=DOWN Reason='{REASON}'"
     assert outcome.cancelled == ["41", "42"] and said == ["cancelled job(s) 41, 42 on gpu[03-04]"]
 
 

@@ -62,6 +62,12 @@ def drain_and_wait(
             if cancel.exit_status != 0:
                 raise GpuclusError(f"scancel on {hostlist_text} failed: {cancel.stderr.strip()}")
             progress(f"cancelled job(s) {', '.join(outcome.cancelled)} on {hostlist_text}")
+            # A cancelled job stays COMPLETING until its node's slurmd confirms the
+            # end; a dead node never does, and Slurm would wait SlurmdTimeout.
+            # Marking the leaving nodes DOWN lets slurmctld clean them up now.
+            down = run(f"sudo -n scontrol update NodeName={shlex.quote(names)} State=DOWN Reason={shlex.quote(REASON)}")
+            if down.exit_status != 0:
+                raise GpuclusError(f"could not mark {hostlist_text} down: {(down.stderr or down.stdout).strip()}")
     last_said = ""
     while True:
         left = jobs_on(run, names)
