@@ -109,9 +109,8 @@ def test_a_node_added_while_a_job_runs_then_removed(cluster: Cluster) -> None:
         back = gpuclus(*SANDBOX_UP, "--spec", str(cluster.spec))
         assert back.returncode == 0, back.stdout + back.stderr
     assert set(spec_nodes(cluster.spec)) == {HEAD, GPU1, GPU2}
-    # The cluster the remaining tests share is whole: a deploy has nothing to change.
-    again = json.loads(gpuclus("deploy", str(cluster.spec), "--json").stdout)
-    assert again["changed"] == 0, again
+    # That the shared cluster is whole again (a deploy changes nothing, every node's stamp in sync)
+    # is what test_cluster_plan_stamps.py, which runs next, checks first.
 
 
 def _wait(condition: Any, seconds: float, message: str) -> None:

@@ -169,10 +169,18 @@ def test_second_up_is_a_no_op(sandbox: tuple[Path, dict[str, Any]]) -> None:
 
 
 def test_a_different_shape_is_refused_while_up(sandbox: tuple[Path, dict[str, Any]]) -> None:
+    # Only the number of compute nodes may change while up (tests/integration/test_cluster_nodes.py
+    # grows and shrinks one); other GPUs per node, or going to a single node, need `down` first.
     spec, _ = sandbox
-    result = gpuclus("sandbox", "up", "--name", CLUSTER, "--nodes", "4", "--spec", str(spec))
-    assert result.returncode == 1
-    assert "already up with 3 nodes" in result.stderr
+    before = spec.read_text()
+    for shape in (("--nodes", "3", "--gpus-per-node", "4"), ("--nodes", "1", "--gpus-per-node", "2")):
+        result = gpuclus("sandbox", "up", "--name", CLUSTER, *shape, "--spec", str(spec))
+        assert result.returncode == 1, shape
+        assert "already up with 3 nodes, 2 GPUs each" in result.stderr, result.stderr
+        assert "gpuclus sandbox down" in result.stderr
+    assert spec.read_text() == before
+    names = podman("ps", "-a", "--filter", f"name=^{CLUSTER}-", "--format", "{{.Names}}").split()
+    assert sorted(names) == [f"{CLUSTER}-gpu01", f"{CLUSTER}-gpu02", f"{CLUSTER}-head"]
 
 
 def test_up_restarts_a_stopped_node_with_its_gpus(sandbox: tuple[Path, dict[str, Any]]) -> None:
