@@ -126,7 +126,21 @@ Name=gpu File=/dev/nvidia[0-1]
 # Not a real key: 1024 bytes of text standing in for one. It must never show in any result.
 MUNGE_KEY = hashlib.sha512(b"the sandbox's munge key").hexdigest() * 8
 
-CHRONY_TIME_SERVER = """\
+# What the base role writes the same into chrony.conf on the time server and on its clients.
+_CHRONY_SHARED = """\
+confdir /etc/chrony/conf.d
+driftfile /var/lib/chrony/chrony.drift
+keyfile /etc/chrony/chrony.keys
+logdir /var/log/chrony
+maxupdateskew 100.0
+# Step the clock at start-up when it is more than 1 s off, then only slew.
+makestep 1 3
+leapsectz right/UTC
+# No clock control here (chronyd -x, see the options file): no rtcsync.
+"""
+
+CHRONY_TIME_SERVER = (
+    """\
 # managed by gpuclus — edits are overwritten (base role)
 # val-head is the cluster's time server: it follows the
 # upstream sources below and serves time to the cluster's nodes.
@@ -137,32 +151,19 @@ local stratum 10
 allow 10.213.0.11
 allow 10.213.0.12
 
-confdir /etc/chrony/conf.d
-driftfile /var/lib/chrony/chrony.drift
-keyfile /etc/chrony/chrony.keys
-logdir /var/log/chrony
-maxupdateskew 100.0
-# Step the clock at start-up when it is more than 1 s off, then only slew.
-makestep 1 3
-leapsectz right/UTC
-# No clock control here (chronyd -x, see the options file): no rtcsync.
 """
+    + _CHRONY_SHARED
+)
 
-CHRONY_CLIENT = """\
+CHRONY_CLIENT = (
+    """\
 # managed by gpuclus — edits are overwritten (base role)
 # Every node follows the cluster's time server, val-head.
 server 10.213.0.10 iburst prefer
 
-confdir /etc/chrony/conf.d
-driftfile /var/lib/chrony/chrony.drift
-keyfile /etc/chrony/chrony.keys
-logdir /var/log/chrony
-maxupdateskew 100.0
-# Step the clock at start-up when it is more than 1 s off, then only slew.
-makestep 1 3
-leapsectz right/UTC
-# No clock control here (chronyd -x, see the options file): no rtcsync.
 """
+    + _CHRONY_SHARED
+)
 
 CHRONY_OPTIONS_CONTAINER = """\
 # managed by gpuclus — edits are overwritten (base role)

@@ -68,7 +68,7 @@ def drain_and_wait(
             down = run(f"sudo -n scontrol update NodeName={shlex.quote(names)} State=DOWN Reason={shlex.quote(REASON)}")
             if down.exit_status != 0:
                 raise GpuclusError(f"could not mark {hostlist_text} down: {(down.stderr or down.stdout).strip()}")
-    last_said = ""
+    last_left: list[str] = []
     while True:
         left = jobs_on(run, names)
         if not left:
@@ -81,10 +81,10 @@ def drain_and_wait(
                 "wait and run the command again, or add --force to cancel those jobs "
                 f"(`sudo scontrol update NodeName={names} State=RESUME` undoes the drain)",
             )
-        said = f"waiting for job(s) {', '.join(left)} on {hostlist_text} to finish ({waited:.0f} s)"
-        if said.split(" (")[0] != last_said:
-            progress(said)
-            last_said = said.split(" (")[0]
+        # Said again only when the jobs left change, not at every poll.
+        if left != last_left:
+            progress(f"waiting for job(s) {', '.join(left)} on {hostlist_text} to finish ({waited:.0f} s)")
+            last_left = left
         sleep(POLL_S)
 
 
