@@ -59,6 +59,15 @@ def deploy(
             "first, checked with nvidia-smi after, then resumed.",
         ),
     ] = False,
+    max_unavailable: Annotated[
+        int,
+        typer.Option(
+            "--max-unavailable",
+            help="In a rolling upgrade (the spec changes a pinned version), how many compute nodes may be out "
+            "of service at a time.",
+            min=1,
+        ),
+    ] = 1,
     json_mode: JsonOption = False,
 ) -> None:
     """Build the cluster the spec describes: render, then run the phases with Ansible over SSH.
@@ -75,6 +84,15 @@ def deploy(
     A new NVIDIA driver loads at the next boot. gpuclus never reboots a node
     unasked: without --reboot the summary names the nodes that need one (exit
     5); with it each such node is drained, rebooted once, checked and resumed.
+
+    When the spec changes a pinned version since the last deploy (slurm.version,
+    the driver branch, CUDA, Enroot, Pyxis) the deploy is a rolling upgrade:
+    first the nodes without slurmd and those running slurmctld (so slurmdbd,
+    then slurmctld, then slurmd are upgraded, as Slurm requires; a jump Slurm
+    cannot make is refused before anything changes), then the compute nodes,
+    --max-unavailable at a time: each batch is drained (waiting for its jobs),
+    deployed, checked with jobs in a maintenance reservation, and resumed.
+    The first batch that fails stops the upgrade with its nodes drained.
 
     Exit 0 when every task succeeded, 1 when a task failed, 2 for bad options
     or another deploy running, 3 for an invalid spec, 4 when hosts were
@@ -98,6 +116,8 @@ def deploy(
             preflight=not no_preflight,
             reboot=reboot,
         )
+        if not (limit or retry_failed or check) and _rolled(out, request, loaded, max_unavailable, json_mode):
+            return
         result = run_with_progress(out, request, loaded, check=check, only=bool(only))
         payload = {
             "ok": result.exit_code == 0,
@@ -111,6 +131,25 @@ def deploy(
             _print_summary(out, result.record, result.seconds)
         if result.exit_code != 0:
             raise typer.Exit(int(result.exit_code))
+
+
+def _rolled(out: Output, request: Any, loaded: Any, max_unavailable: int, json_mode: bool) -> bool:
+    """Run the deploy as a rolling upgrade when the spec changes a pinned version; False when it does not."""
+    from gpuclus.cli.rolling import print_rolling, rolling_upgrade
+    from gpuclus.deploy.pipeline import scope
+    from gpuclus.upgrade.detect import pin_changes
+
+    changes = pin_changes(request.spec_path, loaded, scope(request, loaded).phases)
+    if not changes:
+        return False
+    report = rolling_upgrade(out, request, loaded, changes, max_unavailable)
+    if json_mode:
+        out.emit({"ok": report.ok, "exit_code": int(report.exit_code), "upgrade": report.as_dict()})
+    else:
+        print_rolling(out, report)
+    if not report.ok:
+        raise typer.Exit(int(report.exit_code))
+    return True
 
 
 def run_with_progress(out: Output, request: Any, loaded: Any, *, check: bool = False, only: bool = False) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpuclus.errors import GpuclusError
@@ -39,17 +39,28 @@ def drain_and_wait(
     force: bool,
     timeout_s: float,
     progress: Callable[[str], None],
+    reason: str = REASON,
+    already_out: Sequence[str] = (),
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> DrainOutcome:
-    """Drain ``nodes``, cancel their jobs when ``force``, and wait until none runs there."""
+    """Drain ``nodes``, cancel their jobs when ``force``, and wait until none runs there.
+
+    Nodes in ``already_out`` (drained or down by someone else) keep their
+    state and reason; only their jobs are waited for.
+    """
     known = _known_to_slurm(run, nodes)
     outcome = DrainOutcome(drained=known, unknown=[node for node in nodes if node not in known], cancelled=[])
     if not known:
         return outcome
     names = ",".join(known)
-    drained = run(f"sudo -n scontrol update NodeName={shlex.quote(names)} State=DRAIN Reason={shlex.quote(REASON)}")
-    if drained.exit_status != 0:
+    to_drain = ",".join(node for node in known if node not in already_out)
+    drained = (
+        run(f"sudo -n scontrol update NodeName={shlex.quote(to_drain)} State=DRAIN Reason={shlex.quote(reason)}")
+        if to_drain
+        else None
+    )
+    if drained is not None and drained.exit_status != 0:
         raise GpuclusError(
             f"could not drain {hostlist_text}: {(drained.stderr or drained.stdout).strip()}",
             "check that slurmctld runs (`gpuclus validate --only cluster`)",
@@ -65,7 +76,7 @@ def drain_and_wait(
             # A cancelled job stays COMPLETING until its node's slurmd confirms the
             # end; a dead node never does, and Slurm would wait SlurmdTimeout.
             # Marking the leaving nodes DOWN lets slurmctld clean them up now.
-            down = run(f"sudo -n scontrol update NodeName={shlex.quote(names)} State=DOWN Reason={shlex.quote(REASON)}")
+            down = run(f"sudo -n scontrol update NodeName={shlex.quote(names)} State=DOWN Reason={shlex.quote(reason)}")
             if down.exit_status != 0:
                 raise GpuclusError(f"could not mark {hostlist_text} down: {(down.stderr or down.stdout).strip()}")
     last_left: list[str] = []

@@ -1,0 +1,69 @@
+"""Whether Slurm can go from one version to another in place (slurm.schedmd.com/upgrades.html).
+
+A major release is year.month (23.11); daemons and the state files they
+write are read by the next two major releases, and from 24.11 on by the next
+three. A larger jump needs a stop at a release in between, and no downgrade
+of a major release is supported at all (the state files and the accounting
+database are converted forward only).
+"""
+
+from __future__ import annotations
+
+import re
+
+# Every major release, in order: the 9-month cycle up to 24.05, 6 months after.
+_KNOWN = tuple(
+    "17.02 17.11 18.08 19.05 20.02 20.11 21.08 22.05 23.02 23.11 24.05 24.11 25.05 25.11 26.05 26.11".split()  # noqa: SIM905
+)
+_MAJOR = re.compile(r"^(\d+)\.(\d+)")
+# The first release that reads three older ones instead of two.
+_THREE_BEHIND_FROM = "24.11"
+
+
+def major(version: str) -> str | None:
+    """'22.05' for '22.05.8' or '22.05.8-4+deb12u1'; None when it is not a Slurm version."""
+    found = _MAJOR.match(version.strip())
+    return f"{int(found.group(1)):02d}.{int(found.group(2)):02d}" if found else None
+
+
+def _index(release: str) -> int | None:
+    if release in _KNOWN:
+        return _KNOWN.index(release)
+    year, month = (int(part) for part in release.split("."))
+    last_year, _ = (int(part) for part in _KNOWN[-1].split("."))
+    if year > last_year and month in (5, 11):
+        # Past the list: the 6-month cycle (May and November) goes on.
+        return len(_KNOWN) - 1 + (year - last_year) * 2 - (1 if month == 5 else 0)
+    return None
+
+
+def jump_problem(installed: str, target: str) -> str | None:
+    """Why Slurm cannot be upgraded in place from ``installed`` to ``target``, or None when it can."""
+    old, new = major(installed), major(target)
+    if old is None or new is None:
+        return f"cannot read a Slurm release from {installed!r} → {target!r}"
+    if old == new:
+        return None
+    old_index, new_index = _index(old), _index(new)
+    if old_index is None or new_index is None:
+        unknown = old if old_index is None else new
+        return f"{unknown} is not a Slurm major release gpuclus knows"
+    if new_index < old_index:
+        return f"Slurm {installed} → {target} is a downgrade; Slurm converts its state and database forward only"
+    reach = 3 if new_index >= _KNOWN.index(_THREE_BEHIND_FROM) else 2
+    if new_index - old_index > reach:
+        # The furthest release the installed one can reach in one step.
+        stops = _KNOWN[old_index + 1 : new_index]
+        middle = next(
+            (release for release in reversed(stops) if _KNOWN.index(release) - old_index <= _reach_of(release)),
+            stops[0] if stops else new,
+        )
+        return (
+            f"Slurm {new} reads the state of the {reach} major releases before it, and {old} is "
+            f"{new_index - old_index} behind; upgrade to a {middle} release first"
+        )
+    return None
+
+
+def _reach_of(release: str) -> int:
+    return 3 if _KNOWN.index(release) >= _KNOWN.index(_THREE_BEHIND_FROM) else 2
