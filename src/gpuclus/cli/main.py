@@ -25,6 +25,7 @@ from gpuclus.cli import nodes as nodes_cli
 from gpuclus.cli import plan as plan_cli
 from gpuclus.cli import preflight as preflight_cli
 from gpuclus.cli import render as render_cli
+from gpuclus.cli import reset as reset_cli
 from gpuclus.cli import runs as runs_cli
 from gpuclus.cli import sandbox as sandbox_cli
 from gpuclus.cli import spec as spec_cli
@@ -84,6 +85,7 @@ app.add_typer(nodes_cli.app, name="nodes")
 app.command("validate", epilog=EPILOG)(validate_cli.validate)
 app.command("status", epilog=EPILOG)(status_cli.status)
 app.add_typer(image_cli.app, name="image")
+app.command("reset", epilog=EPILOG)(reset_cli.reset)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,1 @@
+"""`gpuclus reset`: undo a deploy on the nodes (the catalog, the run)."""

@@ -1,0 +1,70 @@
+"""What gpuclus puts on a node, read from the one list the reset role undoes.
+
+roles/reset/vars/main.yml holds it (`__reset_catalog`, `__reset_not_undone`):
+the role applies it, `gpuclus reset --dry-run` shows it per node from here,
+and a unit test holds it against roles/. Pure: reads a file, no network.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuclus.resources import data_dir
+
+# Paths that depend on the machine are templated in the role; the dry run
+# shows them with the placeholder instead.
+_ARCH_EXPRESSION = "{{ ansible_facts['architecture'] }}"
+
+
+@dataclass(frozen=True)
+class Entry:
+    role: str
+    groups: tuple[str, ...]
+    what: str
+    units: tuple[str, ...]
+    packages: tuple[str, ...]
+    paths: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "what": self.what,
+            "units": list(self.units),
+            "packages": list(self.packages),
+            "paths": list(self.paths),
+        }
+
+
+@dataclass(frozen=True)
+class Catalog:
+    entries: tuple[Entry, ...]
+    not_undone: dict[str, str]  # role -> why reset leaves it
+
+    def for_groups(self, groups: set[str]) -> list[Entry]:
+        """The entries of the roles a node with these inventory groups runs (`cluster`: every node)."""
+        return [entry for entry in self.entries if groups.intersection(entry.groups)]
+
+
+def catalog_file(roles: Path | None = None) -> Path:
+    return (roles or data_dir("roles")) / "reset" / "vars" / "main.yml"
+
+
+def load_catalog(roles: Path | None = None) -> Catalog:
+    data = yaml.safe_load(catalog_file(roles).read_text())
+    entries = tuple(
+        Entry(
+            role=str(item["role"]),
+            groups=tuple(item.get("groups") or ()),
+            what=" ".join(str(item.get("what", "")).split()),
+            units=tuple(item.get("units") or ()),
+            packages=tuple(item.get("packages") or ()),
+            paths=tuple(str(path).replace(_ARCH_EXPRESSION, "<arch>") for path in item.get("paths") or ()),
+        )
+        for item in data["__reset_catalog"]
+    )
+    not_undone = {str(role): " ".join(str(why).split()) for role, why in data["__reset_not_undone"].items()}
+    return Catalog(entries, not_undone)
