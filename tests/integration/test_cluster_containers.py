@@ -14,9 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import tarfile
-from pathlib import Path
 
 import pytest
 from cluster_helpers import ARTIFACTS_DIR, GPU1, GPU2, HEAD, Cluster, gpuclus
@@ -127,46 +124,3 @@ def test_validate_runs_the_containers_check_and_it_passes(cluster: Cluster) -> N
     assert (result.returncode, check["status"]) == (0, "pass"), report
     assert {node["node"]: node["status"] for node in check["nodes"]} == {GPU1: "pass", GPU2: "pass"}
     assert all("ID=gpuclus-test" in node["message"] for node in check["nodes"])
-
-
-def test_a_new_pyxis_source_is_rebuilt_once_then_left_alone(cluster: Cluster, tmp_path: Path) -> None:
-    """Another pyxis tarball (same release, repacked: another sha256) rebuilds the plugin on every node once.
-
-    The spec copy sits beside the cluster's spec, so it shares its .gpuclus/
-    (keys, secrets, the kept enroot build).
-    """
-    assert ARTIFACTS_DIR is not None
-    artifacts = tmp_path / "artifacts"
-    artifacts.mkdir()
-    shutil.copy2(ARTIFACTS_DIR / "enroot-4.1.2-src.tar.gz", artifacts)
-    original = ARTIFACTS_DIR / "pyxis-0.24.0-src.tar.gz"
-    repacked = artifacts / original.name
-    with tarfile.open(original) as source, tarfile.open(repacked, "w:gz") as target:
-        for member in source.getmembers():
-            target.addfile(member, source.extractfile(member) if member.isfile() else None)
-        note = tmp_path / "REPACKED"
-        note.write_text("repacked by gpuclus' integration test\n")
-        target.add(note, arcname=f"{source.getmembers()[0].name.split('/')[0]}/REPACKED")
-    before = {node: cluster.on(node, "sha256sum /var/lib/gpuclus/pyxis.json").stdout for node in (HEAD, *COMPUTE)}
-    text = cluster.spec.read_text()
-    assert "artifacts_dir:" in text
-    spec = cluster.spec.with_name("sandbox-repacked-pyxis.yaml")
-    spec.write_text(re.sub(r"artifacts_dir: .*", f"artifacts_dir: {artifacts}", text))
-    try:
-        first = gpuclus("deploy", str(spec), "--only", "containers", "--json")
-        assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-        second = gpuclus("deploy", str(spec), "--only", "containers", "--json")
-        assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-        after = {node: cluster.on(node, "sha256sum /var/lib/gpuclus/pyxis.json").stdout for node in (HEAD, *COMPUTE)}
-        assert all(after[node] != before[node] for node in before), "the build record did not change"
-        changed = {h: s["changed"] for h, s in json.loads(second.stdout)["hosts"].items() if s["changed"]}
-        assert changed == {}
-        # Still a working plugin after the rebuild and slurmd's restart.
-        cluster.on(
-            HEAD, f"srun --nodes=2 --container-image={IMAGE} grep -q ^ID=gpuclus-test /etc/os-release", timeout=300
-        )
-    finally:
-        # Back to the cluster's own sources, so later tests see it as deployed.
-        back = gpuclus("deploy", str(cluster.spec), "--only", "containers", "--json")
-        spec.unlink(missing_ok=True)
-        assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]

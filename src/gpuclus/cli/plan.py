@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from gpuclus.cli.common import DEFAULT_SPEC, JsonOption, handled, load_checked_spec
 from gpuclus.output import Output, plural
+from gpuclus.spec import hostlist
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -71,8 +72,13 @@ def plan(
         }
         if stamps is not None:
             payload["nodes"] = {stamp.node: stamp.as_dict() for stamp in stamps}
+        upgrade = _upgrade_plan(spec, loaded)
+        if upgrade is not None:
+            payload["upgrade"] = upgrade
         if not json_mode:
             _print_files(out, applied_before, changes, stamps)
+            if upgrade is not None:
+                _print_upgrade(out, upgrade)
             if stamps is not None:
                 _print_nodes(out, stamps)
             _print_verdict(out, spec, changes, stamps)
@@ -90,6 +96,32 @@ def plan(
         out.emit(payload)
         if not payload["ok"]:
             raise typer.Exit(1)
+
+
+def _upgrade_plan(spec: Path, loaded: LoadedSpec) -> dict[str, Any] | None:
+    """The rolling upgrade the next deploy makes (pins it changes, its batches at --max-unavailable 1), or None."""
+    from gpuclus.deploy.phases import wanted_phases
+    from gpuclus.upgrade.batches import plan_batches
+    from gpuclus.upgrade.detect import pin_changes
+
+    assert loaded.spec is not None and loaded.topology is not None
+    phases = [choice.phase for choice in wanted_phases(loaded.spec, loaded.topology)[0]]
+    pins = pin_changes(spec, loaded, phases)
+    if not pins:
+        return None
+    return {
+        "changes": [change.as_dict() for change in pins],
+        "described": [change.describe() for change in pins],
+        "batches": [list(batch.nodes) for batch in plan_batches(loaded.topology, 1)],
+    }
+
+
+def _print_upgrade(out: Output, upgrade: dict[str, Any]) -> None:
+    out.result(f"[bold]rolling upgrade[/]: {escape(', '.join(upgrade['described']))}")
+    order = " → ".join(hostlist.compress(batch) for batch in upgrade["batches"])
+    out.result(
+        "  `gpuclus deploy` drains, upgrades, checks and resumes, in this order (--max-unavailable 1): " + escape(order)
+    )
 
 
 def _synced(stamp: NodeStamp) -> bool:
