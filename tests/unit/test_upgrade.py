@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -320,3 +322,31 @@ def test_a_node_an_admin_drained_is_upgraded_but_neither_drained_again_nor_resum
     assert report.ok and report.batches[1].held == {"gpu02": "bad fan [root@x]"}
     steps = _steps(controller.commands)
     assert steps[:3] == ["drain gpu01", "reserve gpu01", "resume gpu01"]
+
+
+# --- gpuclus plan names the upgrade -------------------------------------------
+
+
+def test_plan_names_the_rolling_upgrade_and_its_order(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from gpuclus.cli.main import app
+    from gpuclus.deploy.last_applied import save_last_applied
+    from gpuclus.deploy.pipeline import render_for_run
+    from gpuclus.spec.load import load_spec
+    from gpuclus.state import StateDir
+
+    spec = tmp_path / "cluster.yaml"
+    # Downloads instead of an artifacts directory: the full spec check wants that directory to exist.
+    text = SPEC.replace("artifacts_dir: /srv/artifacts", "allow_unverified_downloads: true")
+    spec.write_text(text)
+    save_last_applied(StateDir.beside(spec), render_for_run(spec, load_spec(spec)))
+    runner = CliRunner()
+    same = json.loads(runner.invoke(app, ["plan", str(spec), "--local", "--json"]).stdout)
+    assert "upgrade" not in same
+    spec.write_text(text.replace('"0.24.0"', '"0.24.1"'))
+    planned = json.loads(runner.invoke(app, ["plan", str(spec), "--local", "--json"]).stdout)
+    assert planned["upgrade"]["described"] == ["Pyxis 0.24.0 → 0.24.1"]
+    assert planned["upgrade"]["batches"] == [["head"], ["gpu01"], ["gpu02"], ["gpu03"], ["gpu04"], ["gpu05"]]
+    human = runner.invoke(app, ["plan", str(spec), "--local"]).stdout
+    assert "rolling upgrade: Pyxis 0.24.0 → 0.24.1" in human and "head → gpu01 → gpu02" in human
