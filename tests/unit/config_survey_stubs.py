@@ -80,17 +80,18 @@ SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 SlurmctldHost=val-head(10.213.0.10)
+SlurmctldHost=val-gpu01(10.213.0.11)
 SlurmctldLogFile=/var/log/slurm/slurmctld.log
 SlurmctldPidFile=/run/slurmctld.pid
 SlurmctldPort=6817
-SlurmctldTimeout=120
+SlurmctldTimeout=10
 SlurmdLogFile=/var/log/slurm/slurmd.log
 SlurmdPidFile=/run/slurmd.pid
 SlurmdPort=6818
 SlurmdSpoolDir=/var/lib/slurm/slurmd
 SlurmdTimeout=300
 SlurmUser=slurm
-StateSaveLocation=/var/lib/slurm/slurmctld
+StateSaveLocation=/srv/nfs/shared/slurm/state
 SwitchType=switch/none
 TaskPlugin=task/affinity,task/cgroup
 Waittime=0
@@ -279,6 +280,8 @@ def sandbox_nodes() -> dict[str, FakeNode]:
             },
             dict(COMPUTE_UNITS),
         )
+    # The first compute node is the backup controller (from 3 nodes on).
+    nodes[COMPUTE[0]].units["slurmctld"] = ENABLED_ACTIVE
     for node in nodes.values():
         node.mtimes[expected.DEPLOY_STAMP] = STAMPED_AT
     return nodes

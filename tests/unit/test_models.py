@@ -122,7 +122,14 @@ def test_fields_can_be_given_by_python_name_too() -> None:
 
 
 def test_role_values() -> None:
-    assert {role.value for role in Role} == {"controller", "compute", "login", "nfs_server", "monitoring"}
+    assert {role.value for role in Role} == {
+        "controller",
+        "compute",
+        "login",
+        "nfs_server",
+        "monitoring",
+        "backup_controller",
+    }
     assert Role("nfs_server") is Role.NFS_SERVER
     assert Role.COMPUTE == "compute"
 

@@ -382,7 +382,7 @@ def expected_groups(loaded: LoadedSpec) -> dict[str, list[str]]:
     topology = loaded.topology
     assert topology is not None
     groups = {"cluster": [node.name for node in topology.nodes]}
-    for role in ("controller", "compute", "login", "nfs_server", "monitoring"):
+    for role in ("controller", "compute", "login", "nfs_server", "monitoring", "backup_controller"):
         groups[role] = [node.name for node in topology.with_role(Role(role))]
     # The nvidia phase's hosts: real GPUs only (the sandbox's fake ones have no driver to install).
     groups["gpu"] = [node.name for node in topology.nodes if node.gpus is not None and not node.gpus.fake]

@@ -134,8 +134,9 @@ def test_grow_three_to_four_creates_exactly_the_next_node(spec: Path, fake: Fake
     # Its host key joins the others; the spec and record are a fresh 4-node up's.
     assert known_hosts(spec) == [*hosts_before, host_key_line("10.213.0.13", "lab-gpu03")]
     assert spec.read_text() == fresh_spec(4, artifacts)
-    assert "lab-gpu[01-03]" in spec.read_text()
-    assert "10.213.0.[11-13]" in spec.read_text()
+    # gpu01 is the backup controller, in an entry of its own; the others are one range.
+    assert "name: lab-gpu01\n" in spec.read_text() and "lab-gpu[02-03]" in spec.read_text()
+    assert "10.213.0.[12-13]" in spec.read_text()
     assert record_of(spec) == fresh_record(4, artifacts)
     assert fake.ssh_checks[-1] == ["lab-head", "lab-gpu01", "lab-gpu02", "lab-gpu03"]
 
@@ -176,7 +177,7 @@ def test_shrink_four_to_three_removes_exactly_the_last_node(spec: Path, fake: Fa
     assert known_hosts(spec) == [line for line in hosts_before if not line.startswith("10.213.0.13 ")]
     assert len(known_hosts(spec)) == 3
     assert spec.read_text() == fresh_spec(3)
-    assert "lab-gpu[01-02]" in spec.read_text()
+    assert "name: lab-gpu01\n" in spec.read_text() and "name: lab-gpu02\n" in spec.read_text()
     assert record_of(spec) == fresh_record(3)
 
 

@@ -150,7 +150,24 @@ def test_what_each_node_is_asked_follows_the_roles() -> None:
     assert [rule.key for rule in head.shown] == ["hosts", "slurm.conf", "chrony.conf", "exports"]
     assert [rule.key for rule in gpu.shown] == ["gres.conf", "chrony.conf"]
     assert head.names == gpu.names == [HEAD, GPU01, GPU02]
-    assert gpu.units == ["chrony", "chronyd", "munge", "slurmd", "prometheus-node-exporter", "node_exporter"]
+    assert cluster.requests[GPU02].units == [
+        "chrony",
+        "chronyd",
+        "munge",
+        "slurmd",
+        "prometheus-node-exporter",
+        "node_exporter",
+    ]
+    # The first compute node is also the backup controller: it runs slurmctld too.
+    assert gpu.units == [
+        "chrony",
+        "chronyd",
+        "munge",
+        "slurmctld",
+        "slurmd",
+        "prometheus-node-exporter",
+        "node_exporter",
+    ]
     assert "slurmctld" in head.units and "nfs-ganesha" in head.units and "grafana-server" in head.units
     assert head.markers == [expected.GRAFANA_SKIPPED]
     assert head.mounts == gpu.mounts == []
@@ -253,7 +270,8 @@ def test_slurm_conf_problems_name_a_missing_node_and_controller() -> None:
     text = SLURM_CONF.replace("SlurmctldHost=val-head(10.213.0.10)", "SlurmctldHost=val-head")
     text = "\n".join(line for line in text.splitlines() if not line.startswith("NodeName=val-gpu01"))
     assert expected.slurm_conf_problems(text, loaded.spec, loaded.topology) == [
-        "SlurmctldHost is val-head, the spec says val-head(10.213.0.10)",
+        "SlurmctldHost is val-head, val-gpu01(10.213.0.11), "
+        "the spec says val-head(10.213.0.10), val-gpu01(10.213.0.11)",
         "no NodeName line for val-gpu01",
     ]
 
@@ -540,7 +558,7 @@ def test_a_stopped_and_a_disabled_unit_are_named() -> None:
         GPU01: "slurmd is inactive (not running)",
         GPU02: "prometheus-node-exporter is disabled (does not start at boot)",
     }
-    assert rows(outcome)[GPU01].value == 3 and rows(outcome)[GPU01].expected == "4"
+    assert rows(outcome)[GPU01].value == 4 and rows(outcome)[GPU01].expected == "5"  # slurmctld: the backup
     assert outcome.hint is not None and "`gpuclus deploy` enables and starts" in outcome.hint
 
 
@@ -551,7 +569,7 @@ def test_redhat_unit_names_are_found_and_a_missing_unit_is_not_installed() -> No
     node.units["node_exporter"] = node.units.pop("prometheus-node-exporter")
     del cluster.node(GPU02).units["munge"]
     outcome = run("config.services", cluster)
-    assert rows(outcome)[GPU01].message == "enabled and active: chronyd, munge, slurmd, node_exporter"
+    assert rows(outcome)[GPU01].message == "enabled and active: chronyd, munge, slurmctld, slurmd, node_exporter"
     assert failing(outcome) == {GPU02: "munge not installed (systemd knows no such unit)"}
 
 
@@ -567,8 +585,17 @@ def test_services_per_role_from_the_spec() -> None:
     loaded = load(SANDBOX_SPEC.replace("gpus: {count: 2, fake: true}", "gpus: {count: 8}"))
     assert loaded.spec is not None and loaded.topology is not None
     by_name = loaded.topology.by_name()
-    gpu = [service.name for service in expected.services_for(by_name[GPU01], loaded.spec, loaded.topology).services]
+    gpu = [service.name for service in expected.services_for(by_name[GPU02], loaded.spec, loaded.topology).services]
     assert gpu == ["chrony", "munge", "slurmd", "node exporter", "GPU metrics"]  # driver.install is off here
+    backup = expected.services_for(by_name[GPU01], loaded.spec, loaded.topology).services
+    assert [service.name for service in backup] == [
+        "chrony",
+        "munge",
+        "slurmctld",
+        "slurmd",
+        "node exporter",
+        "GPU metrics",
+    ]
     head = expected.services_for(by_name[HEAD], loaded.spec, loaded.topology)
     assert [service.name for service in head.services] == [
         "chrony",

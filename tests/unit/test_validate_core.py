@@ -1628,6 +1628,7 @@ def test_registry_ids_are_unique_and_in_stage_order() -> None:
         "accounting.sacct",
         "monitoring.targets",
         "monitoring.slurm_metrics",
+        "failover.takeover",
     ]
     # What must work without Slurm does not depend on it.
     assert {c.id for c in checks if not c.needs_slurm} == {

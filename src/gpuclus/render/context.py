@@ -17,6 +17,7 @@ from typing import Any
 from gpuclus import __version__
 from gpuclus.errors import UsageError
 from gpuclus.gpu_catalog import UNKNOWN, kind_for_model
+from gpuclus.spec.failover import backup_controller, state_save_location
 from gpuclus.spec.hostlist import compress
 from gpuclus.spec.models import ClusterSpec, Role
 from gpuclus.spec.software import index_url, nccl_environment, requirements, software_layout
@@ -30,6 +31,7 @@ ROLE_GROUPS: tuple[tuple[str, str], ...] = (
     (Role.LOGIN.value, "where users log in and submit jobs"),
     (Role.NFS_SERVER.value, "exports the shared directories"),
     (Role.MONITORING.value, "runs Prometheus and Grafana"),
+    (Role.BACKUP_CONTROLLER.value, "runs the backup slurmctld, which takes over when the controller stops answering"),
 )
 # The nodes whose GPUs are real: the nvidia phase's hosts. Fake GPUs (the
 # sandbox) have no driver to install, so they are not in it.
@@ -108,6 +110,7 @@ PACKAGE_LOCK_TIMEOUT_SECONDS = 300  # unattended-upgrades holds the lock for min
 
 
 def _cluster_vars(spec: ClusterSpec, topology: Topology, controller: Node) -> dict[str, Any]:
+    backup = backup_controller(topology)
     return {
         "gpuclus_apt_cache_valid_time": APT_CACHE_VALID_SECONDS,
         "gpuclus_package_lock_timeout": PACKAGE_LOCK_TIMEOUT_SECONDS,
@@ -115,6 +118,8 @@ def _cluster_vars(spec: ClusterSpec, topology: Topology, controller: Node) -> di
         "gpuclus_admin_user": spec.cluster.admin_user,
         "gpuclus_controller": controller.name,
         "gpuclus_controller_address": controller.address,
+        "gpuclus_backup_controller": backup.name if backup else None,
+        "gpuclus_backup_controller_address": backup.address if backup else None,
         "gpuclus_nodes": [_node_record(node) for node in topology.nodes],
     }
 
@@ -140,6 +145,8 @@ def _slurm_vars(spec: ClusterSpec, topology: Topology) -> dict[str, Any]:
         "gpuclus_slurm_accounting": spec.slurm.accounting,
         "gpuclus_slurm_partitions": partitions,
         "gpuclus_slurm_health_check": _health_check_vars(spec),
+        "gpuclus_slurm_state_save_location": state_save_location(spec, topology),
+        "gpuclus_slurm_controller_timeout": spec.slurm.controller_timeout,
     }
 
 

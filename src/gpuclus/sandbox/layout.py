@@ -19,6 +19,12 @@ FIRST_HOST = 10  # head is .10, compute nodes .11 onwards
 MAX_NODES = 32
 MAX_GPUS = 8
 NFS_VOLUME_MOUNT = "/srv/nfs"
+# The sandbox's NFS export on the volume (the head's own path; clients mount it at /shared).
+NFS_EXPORT_PATH = f"{NFS_VOLUME_MOUNT}/shared"
+# With this many nodes or more (head + 2 compute) the sandbox is HA: a backup
+# controller on the first compute node, its state in the volume both mount.
+BACKUP_FROM_NODES = 3
+SLURM_STATE_DIR = f"{NFS_EXPORT_PATH}/slurm/state"
 # The squashfs image every compute node builds for itself at setup (nodes.py):
 # what `srun --container-image` and `gpuclus validate` run with Pyxis.
 TEST_IMAGE = "/var/lib/gpuclus-sandbox/images/test.sqsh"
@@ -56,6 +62,16 @@ class SandboxLayout:
     @property
     def compute(self) -> tuple[SandboxNode, ...]:
         return self.nodes[1:] if len(self.nodes) > 1 else self.nodes
+
+    @property
+    def backup_controller(self) -> SandboxNode | None:
+        """The first compute node, from 3 nodes on: the spec gives it the backup slurmctld (Slurm HA)."""
+        return self.nodes[1] if len(self.nodes) >= BACKUP_FROM_NODES else None
+
+    def mounts_nfs_volume(self, node: SandboxNode) -> bool:
+        """The head serves NFS from the volume; the first compute node mounts it too, at the same path, for the
+        backup controller's shared state directory (also with 2 nodes, so `up --nodes 3` later needs no change)."""
+        return node.controller or (len(self.nodes) > 1 and node == self.nodes[1])
 
 
 def network_name(cluster: str) -> str:
@@ -118,21 +134,31 @@ def sandbox_spec_text(layout: SandboxLayout, artifacts_dir: str | None = None, w
     from gpuclus.templating import render_template
 
     compute = [node for node in layout.nodes if not node.controller]
+    backup = layout.backup_controller
+    # The backup controller has an entry of its own; the rest stay one range
+    # (which `gpuclus nodes remove` can shrink).
+    ranged = [node for node in compute if node != backup]
     return render_template(
         "sandbox/sandbox.yaml.j2",
         layout=layout,
         admin_user=ADMIN_USER,
-        compute_name=_range(layout.cluster + "-gpu", len(compute)),
-        compute_address=_address_range([node.address for node in compute]),
-        nfs_path=f"{NFS_VOLUME_MOUNT}/shared",
+        backup=backup,
+        compute_name=_range_of([node.name for node in ranged]),
+        compute_address=_address_range([node.address for node in ranged]),
+        state_dir=SLURM_STATE_DIR,
+        nfs_path=NFS_EXPORT_PATH,
         artifacts_dir=artifacts_dir,
         wheelhouse=wheelhouse,
         test_image=TEST_IMAGE,
     )
 
 
-def _range(prefix: str, count: int) -> str:
-    return f"{prefix}01" if count == 1 else f"{prefix}[01-{count:02d}]"
+def _range_of(names: list[str]) -> str:
+    """Consecutive names <prefix>NN as one hostlist: gpu02, or gpu[02-05]."""
+    if len(names) <= 1:
+        return names[0] if names else ""
+    first, last = names[0], names[-1]
+    return f"{first[:-2]}[{first[-2:]}-{last[-2:]}]"
 
 
 def _address_range(addresses: list[str]) -> str:

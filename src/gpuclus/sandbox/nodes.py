@@ -39,14 +39,14 @@ def node_status(node: SandboxNode, state: str) -> NodeStatus:
 
 
 def node_containers(layout: SandboxLayout, image: str, owner: str | None = None) -> list[NodeContainer]:
-    """What the engine runs for each node; only the controller mounts the NFS volume.
+    """What the engine runs for each node; the controller (and the first compute node) mount the NFS volume.
 
     ``owner`` (the .gpuclus directory that runs `up`) goes on every container as a label.
     """
     containers = []
     for node in layout.nodes:
         role = "controller" if node.controller else "compute"
-        volumes = ((layout.volume, NFS_VOLUME_MOUNT),) if node.controller else ()
+        volumes = ((layout.volume, NFS_VOLUME_MOUNT),) if layout.mounts_nfs_volume(node) else ()
         labels: tuple[tuple[str, str], ...] = (("gpuclus.role", role),)
         if owner is not None:
             labels += ((OWNER_LABEL, owner),)

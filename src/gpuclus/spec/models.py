@@ -25,6 +25,8 @@ class Role(enum.StrEnum):
     LOGIN = "login"
     NFS_SERVER = "nfs_server"
     MONITORING = "monitoring"
+    # A second slurmctld (Slurm HA): takes over when the controller stops answering.
+    BACKUP_CONTROLLER = "backup_controller"
 
 
 class Fabric(enum.StrEnum):
@@ -154,7 +156,8 @@ class NodeEntry(_Model):
     )
     roles: list[Role] = Field(
         min_length=1,
-        description="Any of: controller, compute, login, nfs_server, monitoring.",
+        description="Any of: controller, compute, login, nfs_server, monitoring, backup_controller (a second "
+        "slurmctld that takes over when the controller stops answering).",
     )
     gpus: Gpus | None = Field(default=None, description="GPUs per node; leave out for CPU-only nodes.")
     cpus: int | None = Field(
@@ -255,6 +258,30 @@ class Slurm(_Model):
     health_check: HealthCheck = Field(
         default_factory=HealthCheck, description="The node health check Slurm runs on the compute nodes."
     )
+    state_save_location: str | None = Field(
+        default=None,
+        pattern=ABSOLUTE_PATH,
+        description="Where slurmctld keeps its state (StateSaveLocation). Left out: the distribution's local "
+        "directory, or, with a backup_controller, <first NFS export's mount>/slurm/state when both controllers "
+        "see that path; with a backup controller it must be storage both controllers share.",
+    )
+    controller_timeout: int = Field(
+        default=120,
+        ge=5,
+        le=3600,
+        description="Seconds the backup controller waits for an unanswering controller before it takes over "
+        "(SlurmctldTimeout).",
+    )
+
+    @field_validator("state_save_location")
+    @classmethod
+    def _state_path_in_every_file(cls, value: str | None) -> str | None:
+        # The same refusals as an export path ('..', '.' parts): the path is
+        # shared, and it lands in slurm.conf and a file task.
+        problem = None if value is None else export_path_problem(value)
+        if problem:
+            raise ValueError(f"{value!r} {problem}")
+        return value
 
 
 def _export_from_string(value: Any) -> Any:

@@ -30,8 +30,8 @@ PROMETHEUS = "prometheus"
 ALERTMANAGER = "prometheus-alertmanager"
 GRAFANA = "grafana-server"
 
-# The Slurm phase runs on these roles (playbooks/slurm.yml: controller:compute:login); munge with it.
-_SLURM_ROLES = frozenset({Role.CONTROLLER, Role.COMPUTE, Role.LOGIN})
+# The Slurm phase runs on these roles (playbooks/slurm.yml: controller:backup_controller:compute:login); munge too.
+_SLURM_ROLES = frozenset({Role.CONTROLLER, Role.BACKUP_CONTROLLER, Role.COMPUTE, Role.LOGIN})
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def units_for(node: Node, spec: ClusterSpec, topology: Topology) -> tuple[str, .
     server = topology.monitoring_server
     on_server = server is not None and server.name == node.name
     wanted = [
-        (SLURMCTLD, node.has(Role.CONTROLLER)),
+        (SLURMCTLD, node.has(Role.CONTROLLER) or node.has(Role.BACKUP_CONTROLLER)),
         (SLURMDBD, node.has(Role.CONTROLLER) and spec.slurm.accounting),
         (SLURMD, node.has(Role.COMPUTE)),
         (MUNGE, bool(node.roles & _SLURM_ROLES)),

@@ -13,6 +13,7 @@ from gpuclus.validate.checks import (
     cluster,
     config,
     containers,
+    failover,
     gpu,
     launch,
     monitoring,
@@ -35,6 +36,8 @@ _STAGE_CHECKS: dict[str, list[Check]] = {
     "workloads": workloads.CHECKS,
     "accounting": accounting.CHECKS,
     "monitoring": monitoring.CHECKS,
+    # Last: it stops the primary slurmctld on purpose (and starts it again), which no other check should see.
+    "failover": failover.CHECKS,
 }
 # Stages in run order; a table groups results by them.
 STAGES = tuple(_STAGE_CHECKS)

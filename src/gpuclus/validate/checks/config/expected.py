@@ -27,12 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuclus.spec import hostlist
+from gpuclus.spec.failover import backup_controller
 from gpuclus.spec.grammar import full_match
 from gpuclus.spec.models import ClusterSpec, Role
 from gpuclus.spec.topology import Node, Topology
 
-# playbooks/slurm.yml runs on controller:compute:login; munge comes with it.
-SLURM_ROLES = frozenset({Role.CONTROLLER, Role.COMPUTE, Role.LOGIN})
+# playbooks/slurm.yml runs on controller:backup_controller:compute:login; munge comes with it.
+SLURM_ROLES = frozenset({Role.CONTROLLER, Role.BACKUP_CONTROLLER, Role.COMPUTE, Role.LOGIN})
 # roles/deploy_stamp: written last by every full deploy. A file changed after it was changed by hand
 # (or by a partial deploy since), which breaks a tie between two copies.
 DEPLOY_STAMP = "/var/lib/gpuclus/deployed.json"
@@ -184,10 +185,13 @@ def slurm_conf_problems(text: str, spec: ClusterSpec, topology: Topology) -> lis
     controller = topology.controller
     assert controller is not None
     settings: dict[str, str] = {}
+    ctld_hosts: list[str] = []  # SlurmctldHost is given once per controller, the primary first
     node_addresses: dict[str, str] = {}
     for line in _lines(text):
         words = _slurm_words(line)
-        if "nodename" in words:
+        if "slurmctldhost" in words:
+            ctld_hosts.append(words["slurmctldhost"])
+        elif "nodename" in words:
             if words["nodename"].upper() != "DEFAULT":  # Slurm's defaults line, not a node
                 node_addresses[words["nodename"]] = words.get("nodeaddr", words["nodename"])
         elif "partitionname" not in words:
@@ -196,9 +200,12 @@ def slurm_conf_problems(text: str, spec: ClusterSpec, topology: Topology) -> lis
     want_name = spec.cluster.name.lower()  # Slurm lowercases it; the role writes it so
     if settings.get("clustername") != want_name:
         problems.append(f"ClusterName is {settings.get('clustername', '(missing)')}, the spec says {want_name}")
-    want_host = f"{controller.name}({controller.address})"
-    if settings.get("slurmctldhost") != want_host:
-        problems.append(f"SlurmctldHost is {settings.get('slurmctldhost', '(missing)')}, the spec says {want_host}")
+    backup = backup_controller(topology)
+    want_hosts = [f"{node.name}({node.address})" for node in (controller, backup) if node is not None]
+    if ctld_hosts != want_hosts:
+        problems.append(
+            f"SlurmctldHost is {', '.join(ctld_hosts) or '(missing)'}, the spec says {', '.join(want_hosts)}"
+        )
     for node in topology.compute:
         address = node_addresses.pop(node.name, None)
         if address is None:
@@ -333,7 +340,7 @@ def services_for(node: Node, spec: ClusterSpec, topology: Topology) -> ServicePl
     wanted = [
         (Service("chrony", ("chrony", "chronyd")), True),
         (Service("munge", ("munge",)), bool(node.roles & SLURM_ROLES)),
-        (Service("slurmctld", ("slurmctld",)), controller),
+        (Service("slurmctld", ("slurmctld",)), controller or node.has(Role.BACKUP_CONTROLLER)),
         (Service("slurmdbd", ("slurmdbd",)), controller and spec.slurm.accounting),
         (Service("mariadb", ("mariadb",)), controller and spec.slurm.accounting),
         (Service("slurmd", ("slurmd",)), node.has(Role.COMPUTE)),
