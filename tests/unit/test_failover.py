@@ -178,9 +178,10 @@ OK = CommandResult(0, "", "")
 class Cluster:
     """scontrol ping as the controllers' states say; takeover and start change them as Slurm 22.05 does."""
 
-    def __init__(self, takes_over: bool = True, job: CommandResult | None = None) -> None:
+    def __init__(self, takes_over: bool = True, job: CommandResult | None = None, node_state: str = "IDLE") -> None:
         self.primary_up, self.takes_over = True, takes_over
         self.job = job or CommandResult(0, f"{GPU01}\n", "")
+        self.node_state = node_state
 
     def remote(self) -> StubRemote:
         return StubRemote(
@@ -189,6 +190,10 @@ class Cluster:
                 ("scontrol takeover", self._takeover),
                 ("systemctl start slurmctld", self._start),
                 ("srun", self.job),
+                (
+                    "show node",
+                    lambda _: CommandResult(0, f"NodeName={GPU01} Arch=x86_64 State={self.node_state}\n", ""),
+                ),
             ]
         )
 
@@ -206,6 +211,7 @@ def fast(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(failover, "POLL_S", 0.0)
     monkeypatch.setattr(failover, "TAKEOVER_DEADLINE_S", 0.05)
     monkeypatch.setattr(failover, "HANDBACK_DEADLINE_S", 0.05)
+    monkeypatch.setattr(failover, "NODE_DEADLINE_S", 0.05)
 
 
 def test_takeover_passes_with_both_figures_and_hands_control_back() -> None:
@@ -241,6 +247,14 @@ def test_a_job_that_fails_under_the_backup_fails_the_check() -> None:
     assert outcome.overall is Status.FAIL
     assert "Invalid partition" in outcome.nodes[0].message
     assert cluster.primary_up  # started again on the way out
+
+
+def test_a_node_that_never_registers_with_the_backup_fails_without_a_job() -> None:
+    cluster = Cluster(node_state="IDLE*+NOT_RESPONDING")
+    remote = cluster.remote()
+    outcome = failover.takeover(context(remote))
+    assert outcome.overall is Status.FAIL and "did not become usable" in outcome.nodes[0].message
+    assert not remote.matching("srun") and cluster.primary_up
 
 
 def test_a_backup_down_before_the_takeover_fails_without_touching_anything() -> None:

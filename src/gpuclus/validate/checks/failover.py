@@ -28,6 +28,8 @@ from gpuclus.validate.model import Level, NodeResult, Outcome, Status, skipped
 # primary to take control back after it starts; both take a few seconds on the sandbox.
 TAKEOVER_DEADLINE_S = 60.0
 HANDBACK_DEADLINE_S = 60.0
+# How long a compute node may take to register with the backup once it is in control.
+NODE_DEADLINE_S = 90.0
 POLL_S = 0.5
 
 # `scontrol ping`: one line per SlurmctldHost, e.g. "Slurmctld(primary) at head is UP".
@@ -71,6 +73,17 @@ def wait_for(
         time.sleep(POLL_S)
 
 
+def _wait_usable(ctx: Context, node: str, deadline_s: float) -> bool:
+    start = time.monotonic()
+    while True:
+        state = slurm.NodeState.parse(ctx.slurm_nodes(refresh=True).get(node, {}).get("State", "UNKNOWN"))
+        if state.usable:
+            return True
+        if time.monotonic() - start >= deadline_s:
+            return False
+        time.sleep(POLL_S)
+
+
 def takeover(ctx: Context) -> Outcome:
     backup = backup_controller(ctx.topology)
     if backup is None:
@@ -105,7 +118,15 @@ def takeover(ctx: Context) -> Outcome:
                 )
             )
             return Outcome(rows, hint=_LOG_HINT.format(node=backup.name))
-        job = ctx.srun("hostname", ctx.compute[:1]) if ctx.compute else None
+        job = None
+        if ctx.compute:
+            # The new controller schedules on a node once it has registered again (up to ~30 s on the sandbox).
+            node = ctx.compute[0]
+            if not _wait_usable(ctx, node.name, NODE_DEADLINE_S):
+                message = f"took over in {took:.1f} s, but {node.name} did not become usable under it"
+                rows.append(NodeResult(backup.name, Status.FAIL, message, round(took, 1), unit="s"))
+                return Outcome(rows, hint=_LOG_HINT.format(node=backup.name))
+            job = ctx.srun("hostname", [node])
         if job is not None and job.exit_status != 0:
             message = f"took over in {took:.1f} s, but a job failed under it: {slurm.job_failure(job)}"
             rows.append(NodeResult(backup.name, Status.FAIL, message, round(took, 1), unit="s"))

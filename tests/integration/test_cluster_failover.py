@@ -1,0 +1,132 @@
+"""The backup controller on the deployed sandbox: takeover, a stopped primary, and control handed back.
+
+The sandbox (3 nodes) runs slurmctld on the head (primary) and on gpu01
+(backup); both keep their state in one directory on the NFS volume that both
+containers mount. Nothing is mocked: validate's failover.takeover runs
+`scontrol takeover` for real, then this file stops the primary's slurmctld the
+way a failed head would lose it, times the backup's takeover (bounded by
+SlurmctldTimeout, which the sandbox spec sets to 10 s), runs a job submitted
+after the stop, starts the primary again and shows it takes control back.
+The cluster is left as it was: the primary in control, both UP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+import yaml
+from cluster_helpers import GPU1, GPU2, HEAD, Cluster, gpuclus
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root for privileged containers"),
+]
+
+BOTH_UP = (f"Slurmctld(primary) at {HEAD} is UP", f"Slurmctld(backup) at {GPU1} is UP")
+# Beyond SlurmctldTimeout: the backup's own ping period and its start-up as the controller.
+TAKEOVER_MARGIN_S = 30
+# A job after a controller change waits until the nodes have registered with the new one.
+JOB_S = 120
+LOG = "/var/log/slurm/slurmctld.log"
+
+
+@pytest.fixture
+def cluster(deployed: Cluster) -> Iterator[Cluster]:
+    yield deployed
+    # Whatever a test did: the primary's slurmctld runs again (it takes control back at start).
+    deployed.on(HEAD, "sudo systemctl start slurmctld", check=False)
+
+
+def ping(cluster: Cluster) -> str:
+    return cluster.on(HEAD, "scontrol ping", check=False).stdout
+
+
+def wait(cluster: Cluster, what: str, command: str, within_s: float) -> float:
+    """Seconds until ``command`` on the head exits 0; fails the test after ``within_s``."""
+    started = time.monotonic()
+    while True:
+        result = cluster.on(HEAD, command, check=False, timeout=30)
+        elapsed = time.monotonic() - started
+        if result.exit_status == 0:
+            return elapsed
+        assert elapsed < within_s, f"{what} not within {within_s:.0f} s: {result.stdout}{result.stderr}"
+        time.sleep(0.5)
+
+
+def run_job(cluster: Cluster, node: str) -> str:
+    # No --immediate: right after a controller change the job waits for the node to register again.
+    line = f"timeout {JOB_S} srun --nodes=1 --nodelist={node} --time=2 hostname"
+    return cluster.on(HEAD, line, timeout=JOB_S + 10).stdout.strip()
+
+
+def taken_over(cluster: Cluster) -> int:
+    """How often the backup's log says it took over ("... not responding, BackupController1 ... taking over")."""
+    return int(cluster.on(GPU1, f"sudo grep -c 'taking over' {LOG} || true").stdout.strip() or 0)
+
+
+def controller_timeout(cluster: Cluster) -> int:
+    return int(yaml.safe_load(cluster.spec.read_text())["slurm"]["controller_timeout"])
+
+
+def test_both_controllers_are_up_and_share_the_state_directory(cluster: Cluster) -> None:
+    assert all(line in ping(cluster) for line in BOTH_UP), ping(cluster)
+    conf = cluster.on(GPU1, "grep -E '^(SlurmctldHost|StateSaveLocation)=' /etc/slurm/slurm.conf").stdout.split()
+    spec = yaml.safe_load(cluster.spec.read_text())
+    state = spec["slurm"]["state_save_location"]
+    assert conf == [
+        f"SlurmctldHost={HEAD}({cluster.addresses[HEAD]})",
+        f"SlurmctldHost={GPU1}({cluster.addresses[GPU1]})",
+        f"StateSaveLocation={state}",
+    ]
+    # One directory, seen from both: the primary's heartbeat file is there on the backup too.
+    listing = {
+        node: cluster.on(node, f"sudo stat -c '%U %a %i' {state}/heartbeat {state}").stdout for node in (HEAD, GPU1)
+    }
+    assert listing[HEAD] == listing[GPU1] and listing[HEAD].split()[0] == "slurm", listing
+
+
+def test_validate_takeover_passes_with_its_figures(cluster: Cluster) -> None:
+    result = gpuclus("validate", str(cluster.spec), "--only", "failover.takeover", "--json", timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (check,) = json.loads(result.stdout)["checks"]
+    assert check["id"] == "failover.takeover" and check["status"] == "pass", check
+    rows = {row["node"]: row for row in check["nodes"]}
+    assert set(rows) == {HEAD, GPU1}
+    assert all(row["unit"] == "s" and 0 <= row["value"] <= 60 for row in rows.values()), rows
+    print(f"\nvalidate takeover {rows[GPU1]['value']} s, hand back {rows[HEAD]['value']} s")
+    assert all(line in ping(cluster) for line in BOTH_UP), ping(cluster)
+
+
+def test_a_stopped_primary_is_replaced_by_the_backup_and_takes_control_back(cluster: Cluster) -> None:
+    timeout = controller_timeout(cluster)
+    primary_runs = int(cluster.on(HEAD, f"sudo grep -c 'Running as primary controller' {LOG}").stdout)
+    takeovers = taken_over(cluster)
+
+    cluster.on(HEAD, "sudo systemctl stop slurmctld")
+    # squeue is answered only by a controller in control (a standby backup refuses it).
+    failover_s = wait(cluster, "the backup in control", "timeout 10 squeue --noheader", timeout + TAKEOVER_MARGIN_S)
+    assert f"Slurmctld(primary) at {HEAD} is DOWN" in ping(cluster)
+    # A job submitted after the stop runs: scheduled by the backup.
+    assert run_job(cluster, GPU2) == GPU2
+    assert taken_over(cluster) == takeovers + 1, "the backup's log does not say it took over"
+
+    started = time.monotonic()
+    cluster.on(HEAD, "sudo systemctl start slurmctld")
+    handback_s = wait(
+        cluster,
+        "both controllers UP",
+        f"scontrol ping | grep -c ' is UP' | grep -qx 2 && sudo grep -c 'Running as primary controller' {LOG} "
+        f"| grep -qx {primary_runs + 1}",
+        60,
+    )
+    assert run_job(cluster, GPU1) == GPU1
+    print(
+        f"\nprimary stopped: backup in control after {failover_s:.1f} s (SlurmctldTimeout {timeout} s); "
+        f"primary back in control {handback_s:.1f} s after its start; jobs ran under both "
+        f"({time.monotonic() - started:.0f} s incl. the job)"
+    )
+    assert all(line in ping(cluster) for line in BOTH_UP), ping(cluster)
