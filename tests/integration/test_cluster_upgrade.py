@@ -7,7 +7,8 @@ a real release. The spec copy sits beside the cluster's spec and shares its
 .gpuclus/, so the last deploy's render is what the change is measured
 against. While it rolls, a thread samples `sinfo` on the head: never more
 than --max-unavailable compute nodes may be out of service, and a job that
-runs on gpu02 when the upgrade starts must end normally before gpu02's turn.
+runs on gpu02 must end normally before gpu02 is upgraded (it ends once gpu02
+is seen draining).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ pytestmark = [
 
 IMAGE = "/var/lib/gpuclus-sandbox/images/test.sqsh"
 COMPUTE = (GPU1, GPU2)
+# The file that lets the job on gpu02 end.
+GO = "/var/tmp/gpuclus-upgrade-test-go"
 # Slurm's short states of a node that takes no user job.
 OUT_OF_SERVICE = re.compile(r"drain|drng|drained|draining|maint|resv|reserved|down|fail")
 
@@ -59,7 +62,10 @@ def _newer_pyxis(tmp_path: Path) -> Path:
 
 
 class Sampler(threading.Thread):
-    """`sinfo` on the head once a second: which compute nodes are out of service at each moment."""
+    """`sinfo` on the head once a second: which compute nodes are out of service at each moment.
+
+    Once gpu02 is out of service (draining: its job still runs) it lets that job end.
+    """
 
     def __init__(self, cluster: Cluster) -> None:
         super().__init__(daemon=True)
@@ -72,6 +78,8 @@ class Sampler(threading.Thread):
             shown = self.cluster.on(HEAD, "sinfo --noheader --Node --format='%N %t'", check=False).stdout
             out = {line.split()[0] for line in shown.splitlines() if OUT_OF_SERVICE.search(line.split()[-1])}
             self.samples.append(out & set(COMPUTE))
+            if GPU2 in out:
+                self.cluster.on(GPU2, f"touch {GO}", check=False)
             time.sleep(1)
 
 
@@ -96,7 +104,12 @@ def test_a_new_pyxis_rolls_out_node_by_node_and_a_running_job_survives(deployed:
     spec = cluster.spec.with_name("sandbox-pyxis-0.24.1.yaml")
     newer = re.sub(r"artifacts_dir: .*", f"artifacts_dir: {_newer_pyxis(tmp_path)}", text)
     spec.write_text(newer.replace("containers:\n", 'containers:\n  pyxis_version: "0.24.1"\n', 1))
-    job = cluster.on(HEAD, f"sbatch --parsable --nodelist={GPU2} --time=2 --wrap='sleep 25'").stdout.strip()
+    # The job on gpu02 runs until gpu02 is being drained (the sampler then lets it end), so the
+    # upgrade must wait for it whatever the speed of the machine.
+    cluster.on(GPU2, f"rm -f {GO}")
+    job = cluster.on(
+        HEAD, f"sbatch --parsable --nodelist={GPU2} --time=5 --wrap='until test -e {GO}; do sleep 1; done'"
+    ).stdout.strip()
     sampler = Sampler(cluster)
     sampler.start()
     try:
