@@ -17,12 +17,13 @@ from gpuclus.sandbox.nodes import TEST_IMAGE_TOOLS, node_containers, node_setup_
 PUBLIC_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGm8Yq9tP1n0J2k3L4m5N6o7P8q9R0s1T2u3V4w5X6y7 gpuclus@lab"
 
 
-def test_containers_nfs_volume_only_on_the_controller() -> None:
+def test_containers_nfs_volume_on_the_controller_and_the_backup_controller() -> None:
     layout = sandbox_layout("lab", 3, 2, "10.213.0.0/24")
     containers = node_containers(layout, "localhost/gpuclus-node:0123456789ab")
     assert [c.name for c in containers] == ["lab-head", "lab-gpu01", "lab-gpu02"]
-    assert containers[0].volumes == (("gpuclus-lab-nfs", NFS_VOLUME_MOUNT),)
-    assert all(c.volumes == () for c in containers[1:])
+    # gpu01 runs the backup slurmctld, whose state directory is on the volume, at the head's path.
+    assert containers[0].volumes == containers[1].volumes == (("gpuclus-lab-nfs", NFS_VOLUME_MOUNT),)
+    assert containers[2].volumes == ()
     assert [dict(c.labels)["gpuclus.role"] for c in containers] == ["controller", "compute", "compute"]
     for container, node in zip(containers, layout.nodes, strict=True):
         assert (container.address, container.network, container.cluster) == (
