@@ -59,10 +59,12 @@ def _ping(ctx: Context) -> Ping:
 
 
 def wait_for(
-    ctx: Context, wanted: Callable[[Ping], bool], deadline_s: float, clock: Callable[[], float] = time.monotonic
+    ctx: Context, wanted: Callable[[Ping], bool], deadline_s: float, start: float | None = None
 ) -> tuple[Ping, float | None]:
-    """Ping until ``wanted`` holds; the last ping and the seconds it took (None: not within the deadline)."""
-    start = clock()
+    """Ping until ``wanted`` holds; the last ping and the seconds since ``start`` (time.monotonic(), default
+    now) it took (None: not within the deadline)."""
+    clock = time.monotonic
+    start = clock() if start is None else start
     while True:
         ping = _ping(ctx)
         elapsed = clock() - start
@@ -102,11 +104,13 @@ def takeover(ctx: Context) -> Outcome:
     rows: list[NodeResult] = []
     restarted = False
     try:
+        # Timed from the request: `scontrol takeover` returns once the backup has asked the primary to stop.
+        asked_at = time.monotonic()
         asked = ctx.run("sudo -n scontrol takeover", timeout=30)
         if asked.exit_status != 0:
             detail = slurm.first_error_line(asked.stderr, f"exit {asked.exit_status}")
             return Outcome(status=Status.FAIL, message=f"scontrol takeover: {detail}")
-        ping, took = wait_for(ctx, lambda p: p.up(backup.name) and not p.up(primary), TAKEOVER_DEADLINE_S)
+        ping, took = wait_for(ctx, lambda p: p.up(backup.name) and not p.up(primary), TAKEOVER_DEADLINE_S, asked_at)
         if took is None:
             rows.append(
                 NodeResult(
@@ -152,18 +156,19 @@ def takeover(ctx: Context) -> Outcome:
 
 
 def _hand_back(ctx: Context, primary: str, backup: str) -> NodeResult:
+    started_at = time.monotonic()
     started = ctx.run("sudo -n systemctl start slurmctld", timeout=60)
     if started.exit_status != 0:
         detail = slurm.first_error_line(started.stderr, f"exit {started.exit_status}")
         return NodeResult(primary, Status.FAIL, f"systemctl start slurmctld: {detail}")
-    ping, took = wait_for(ctx, lambda p: p.up(primary) and p.up(backup), HANDBACK_DEADLINE_S)
+    ping, took = wait_for(ctx, lambda p: p.up(primary) and p.up(backup), HANDBACK_DEADLINE_S, started_at)
     if took is None:
         message = f"not back in control {HANDBACK_DEADLINE_S:.0f} s after it started ({ping})"
         return NodeResult(primary, Status.FAIL, message, expected=f"<= {HANDBACK_DEADLINE_S:.0f}", unit="s")
     return NodeResult(
         primary,
         Status.PASS,
-        f"took control back {took:.1f} s after it started; {backup} in standby",
+        f"took control back {took:.1f} s after `systemctl start slurmctld`; {backup} in standby",
         round(took, 1),
         f"<= {HANDBACK_DEADLINE_S:.0f}",
         "s",
