@@ -250,3 +250,13 @@ def test_a_spec_directory_without_gpuclus_key_is_refused(tmp_path: Path) -> None
     found = load_spec(path)
     with pytest.raises(UsageError, match="no SSH key"):
         pipeline.reset(pipeline.ResetRequest(spec_path=path), found, Quiet(), preflight=_preflight(set()))
+
+
+def test_a_reset_record_is_a_reset_and_never_the_last_deploy(spec: Path, loaded: LoadedSpec) -> None:
+    state = StateDir.beside(spec)
+    result = pipeline.reset(
+        pipeline.ResetRequest(spec_path=spec), loaded, Quiet(), preflight=_preflight({"gpu01"}), start_run=Runs()
+    )
+    assert result.record.kind == "reset"
+    # `deploy --retry-failed` must not take the reset's unreachable node for a failed deploy.
+    assert records.last_deploy(state) is None

@@ -96,8 +96,10 @@ class RunRecord:
 
     @property
     def kind(self) -> str:
-        """ "check" for a dry run (`deploy --check`: nothing was changed), else "deploy"."""
-        return "check" if self.check else "deploy"
+        """ "check" for a dry run (`deploy --check`: nothing changed), "reset" for `gpuclus reset`, else "deploy"."""
+        if self.check:
+            return "check"
+        return "reset" if self.phases_requested == ["reset"] else "deploy"
 
     def changed_total(self) -> int:
         """Task results that changed something (in a check run: would have), as Ansible's recap counts them."""
@@ -219,8 +221,9 @@ def list_records(state: StateDir) -> list[RunRecord]:
 
 def last_deploy(state: StateDir) -> RunRecord | None:
     """The newest record of a run that could change the cluster: check runs changed nothing,
-    so `deploy --retry-failed` and its hint in `runs list` never take one for the last deploy."""
-    return next((record for record in list_records(state) if not record.check), None)
+    so `deploy --retry-failed` and its hint in `runs list` never take one for the last deploy.
+    Nor a reset: retrying its failed nodes with a deploy would build what it was tearing down."""
+    return next((record for record in list_records(state) if record.kind == "deploy"), None)
 
 
 def load_record(state: StateDir, run_id: str) -> RunRecord | None:
