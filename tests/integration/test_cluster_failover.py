@@ -113,6 +113,10 @@ def test_a_stopped_primary_is_replaced_by_the_backup_and_takes_control_back(clus
     # A job submitted after the stop runs: scheduled by the backup.
     assert run_job(cluster, GPU2) == GPU2
     assert taken_over(cluster) == takeovers + 1, "the backup's log does not say it took over"
+    # As validate does: the job gone from the queue (Slurm 22.05's backup once hung for good when asked to
+    # step down 0.1 s after a job ended under it), and a few quiet seconds.
+    wait(cluster, "the job out of the queue", 'test -z "$(squeue --noheader)"', 60)
+    time.sleep(5)
 
     started = time.monotonic()
     cluster.on(HEAD, "sudo systemctl start slurmctld")

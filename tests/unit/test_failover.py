@@ -190,6 +190,7 @@ class Cluster:
                 ("scontrol takeover", self._takeover),
                 ("systemctl start slurmctld", self._start),
                 ("srun", self.job),
+                ("squeue", OK),
                 (
                     "show node",
                     lambda _: CommandResult(0, f"NodeName={GPU01} Arch=x86_64 State={self.node_state}\n", ""),
@@ -212,6 +213,7 @@ def fast(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(failover, "TAKEOVER_DEADLINE_S", 0.05)
     monkeypatch.setattr(failover, "HANDBACK_DEADLINE_S", 0.05)
     monkeypatch.setattr(failover, "NODE_DEADLINE_S", 0.05)
+    monkeypatch.setattr(failover, "SETTLE_QUIET_S", 0.0)
 
 
 def test_takeover_passes_with_both_figures_and_hands_control_back() -> None:
@@ -226,7 +228,8 @@ def test_takeover_passes_with_both_figures_and_hands_control_back() -> None:
     assert cluster.primary_up
     # The job ran while the backup was in control: after the takeover, before the primary's start.
     commands = remote.commands
-    order = [next(i for i, c in enumerate(commands) if word in c) for word in ("takeover", "srun", "systemctl start")]
+    words = ("takeover", "srun", "squeue", "systemctl start")
+    order = [next(i for i, c in enumerate(commands) if word in c) for word in words]
     assert order == sorted(order)
     assert all(c.startswith("sudo -n ") for c in commands if "takeover" in c or "systemctl" in c)
 

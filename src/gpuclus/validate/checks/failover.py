@@ -30,6 +30,9 @@ TAKEOVER_DEADLINE_S = 60.0
 HANDBACK_DEADLINE_S = 60.0
 # How long a compute node may take to register with the backup once it is in control.
 NODE_DEADLINE_S = 90.0
+# The check's job gone from the queue (epilog done), then this quiet time, before the hand-back.
+SETTLE_DEADLINE_S = 60.0
+SETTLE_QUIET_S = 5.0
 POLL_S = 0.5
 
 # `scontrol ping`: one line per SlurmctldHost, e.g. "Slurmctld(primary) at head is UP".
@@ -84,6 +87,17 @@ def _wait_usable(ctx: Context, node: str, deadline_s: float) -> bool:
         if time.monotonic() - start >= deadline_s:
             return False
         time.sleep(POLL_S)
+
+
+def _wait_settled(ctx: Context, deadline_s: float) -> None:
+    """Until no job of this run is in the queue (not even COMPLETING), then SETTLE_QUIET_S more."""
+    start = time.monotonic()
+    while time.monotonic() - start < deadline_s:
+        queue = ctx.run(f"squeue --noheader --name={ctx.job_name} --format=%i", timeout=30)
+        if queue.exit_status == 0 and not queue.stdout.strip():
+            break
+        time.sleep(POLL_S)
+    time.sleep(SETTLE_QUIET_S)
 
 
 def takeover(ctx: Context) -> Outcome:
@@ -146,6 +160,9 @@ def takeover(ctx: Context) -> Outcome:
                 "s",
             )
         )
+        # Slurm 22.05's backup hung for good (SIGTERM ignored) when asked to step down 0.1 s after a job
+        # ended under it (seen once in four runs on the sandbox): let it finish with the job first.
+        _wait_settled(ctx, SETTLE_DEADLINE_S)
         rows.append(_hand_back(ctx, primary, backup.name))
         restarted = True
         return Outcome(rows, hint=_LOG_HINT.format(node=primary))
@@ -177,7 +194,8 @@ def _hand_back(ctx: Context, primary: str, backup: str) -> NodeResult:
 
 _LOG_HINT = (
     "/var/log/slurm/slurmctld.log on {node} says why; both controllers need slurm.state_save_location on "
-    "storage they share, and `gpuclus deploy --only slurm` starts both slurmctlds"
+    "storage they share, and `gpuclus deploy --only slurm` starts both slurmctlds; a backup that stays DOWN "
+    "after the hand-back ('not completely done relinquishing control') needs `systemctl restart slurmctld` on it"
 )
 
 
