@@ -104,12 +104,15 @@ def test_a_stopped_compute_node_is_left_out_and_the_rest_deployed(cluster: Clust
         grown = cluster.spec.with_name("grown.yaml")
         text = cluster.spec.read_text()
         address = cluster.addresses[GPU2].rsplit(".", 1)[0] + ".13"
+        # gpu02's entry (gpu01, the backup controller, has its own) becomes the range gpu[02-03].
+        stem = address.rsplit(".", 1)[0]
         grown.write_text(
-            text.replace(f"{CLUSTER}-gpu[01-02]", f"{CLUSTER}-gpu[01-03]").replace(
-                f"{cluster.addresses[GPU1].rsplit('.', 1)[0]}.[11-12]", address.rsplit(".", 1)[0] + ".[11-13]"
+            text.replace(f"name: {GPU2}\n", f"name: {CLUSTER}-gpu[02-03]\n").replace(
+                f"address: {stem}.12\n", f"address: {stem}.[12-13]\n"
             )
         )
-        assert GPU3 not in text and "[01-03]" in grown.read_text(), "the sandbox spec changed shape"
+        assert GPU3 not in text and "gpu[02-03]" in grown.read_text(), "the sandbox spec changed shape"
+        assert ".[12-13]" in grown.read_text(), "the sandbox spec changed shape"
         code, report = deploy_json(grown)
         assert code == 4, report
         assert {f["host"] for f in report["failures"]} == {GPU2, GPU3}
