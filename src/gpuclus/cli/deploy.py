@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
@@ -152,13 +153,26 @@ def _rolled(out: Output, request: Any, loaded: Any, max_unavailable: int, json_m
     return True
 
 
-def run_with_progress(out: Output, request: Any, loaded: Any, *, check: bool = False, only: bool = False) -> Any:
+def run_with_progress(
+    out: Output,
+    request: Any,
+    loaded: Any,
+    *,
+    check: bool = False,
+    only: bool = False,
+    run: Callable[[Any, Any, Any], Any] | None = None,
+) -> Any:
     """Run a deploy with the phase lines on stderr (none in JSON mode); Ctrl-C stops Ansible cleanly.
 
     Shared by `gpuclus deploy` and the commands that deploy as one of their
-    steps (`gpuclus nodes remove`). Returns the pipeline's DeployResult.
+    steps (`gpuclus nodes remove`, a rolling upgrade's batches) or run a
+    playbook the same way (`gpuclus reset` passes its pipeline as ``run``,
+    called with the request, the loaded spec and the observer). Returns what
+    ``run`` returns, by default the deploy pipeline's DeployResult.
     """
     from gpuclus.deploy import pipeline
+
+    start = run or pipeline.deploy
 
     view = _ProgressView(out, len(loaded.topology.nodes), check=check, only=only)
     previous = signal.getsignal(signal.SIGINT)
@@ -178,7 +192,7 @@ def run_with_progress(out: Output, request: Any, loaded: Any, *, check: bool = F
     signal.signal(signal.SIGINT, interrupt)
     try:
         with view:
-            result = pipeline.deploy(request, loaded, view)
+            result = start(request, loaded, view)
     finally:
         signal.signal(signal.SIGINT, previous)
     return result

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 from pathlib import Path
-from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -196,29 +194,10 @@ def _interactive() -> bool:
 
 def _run(out: Output, request: Any, loaded: Any) -> Any:
     """The reset with the deploy's progress lines; Ctrl-C stops Ansible (twice: at once)."""
-    from gpuclus.cli.deploy import _ProgressView
+    from gpuclus.cli.deploy import run_with_progress
     from gpuclus.reset import pipeline
 
-    view = _ProgressView(out, len(loaded.topology.nodes))
-    previous = signal.getsignal(signal.SIGINT)
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        if not view.runs:
-            raise KeyboardInterrupt
-        if any(run.cancelled.is_set() for run in view.runs):
-            for run in view.runs:
-                run.kill()
-            return
-        out.note("[yellow]interrupted: stopping Ansible (Ctrl-C again to kill it at once)...[/]")
-        for run in view.runs:
-            run.cancel()
-
-    signal.signal(signal.SIGINT, interrupt)
-    try:
-        with view:
-            return pipeline.reset(request, loaded, view)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    return run_with_progress(out, request, loaded, run=pipeline.reset)
 
 
 def _print_summary(out: Output, result: Any, chosen: list[str]) -> None:
