@@ -105,7 +105,9 @@ def test_slurm_metrics_reach_prometheus_with_the_clusters_shape(cluster: Cluster
 def test_slurmd_and_slurmctld_unit_states_come_from_the_node_exporters(cluster: Cluster) -> None:
     active = instant(cluster, 'node_systemd_unit_state{state="active", name=~"slurmd.service|slurmctld.service"} == 1')
     seen = sorted((s["metric"]["instance"], s["metric"]["name"]) for s in active)
-    assert seen == [(GPU1, "slurmd.service"), (GPU2, "slurmd.service"), (HEAD, "slurmctld.service")]
+    # gpu01 is the sandbox's backup controller: its slurmctld runs too, in standby.
+    expected = [(GPU1, "slurmctld.service"), (GPU1, "slurmd.service"), (GPU2, "slurmd.service")]
+    assert seen == [*expected, (HEAD, "slurmctld.service")]
 
 
 def test_fake_gpus_get_no_exporter_and_say_why(cluster: Cluster) -> None:
@@ -176,6 +178,7 @@ def test_status_reports_a_healthy_cluster(cluster: Cluster) -> None:
         assert states.get((HEAD, unit)) == "active", states
     for node in (GPU1, GPU2):
         assert states.get((node, "slurmd")) == "active" and states.get((node, "munge")) == "active", states
+    assert states.get((GPU1, "slurmctld")) == "active", states  # the backup controller
     # Grafana is on in the spec and was skipped by the deploy: said so, not counted as down.
     assert states.get((HEAD, "grafana-server")) == "skipped", states
     targets = report["monitoring"]["targets"]
