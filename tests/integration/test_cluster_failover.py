@@ -37,8 +37,12 @@ LOG = "/var/log/slurm/slurmctld.log"
 @pytest.fixture
 def cluster(deployed: Cluster) -> Iterator[Cluster]:
     yield deployed
-    # Whatever a test did: the primary's slurmctld runs again (it takes control back at start).
+    # Whatever a test did: the primary's slurmctld runs again (it takes control back at start), and a
+    # backup that hung stepping down (Slurm 22.05) is restarted, so later tests find both UP.
     deployed.on(HEAD, "sudo systemctl start slurmctld", check=False)
+    if not standby_within(deployed, 30):
+        restart_backup(deployed)
+        standby_within(deployed, 60)
 
 
 def ping(cluster: Cluster) -> str:
@@ -68,6 +72,20 @@ def taken_over(cluster: Cluster) -> int:
     return int(cluster.on(GPU1, f"sudo grep -c 'taking over' {LOG} || true").stdout.strip() or 0)
 
 
+def standby_within(cluster: Cluster, seconds: float) -> bool:
+    """Whether `scontrol ping` shows both controllers UP within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if all(line in ping(cluster) for line in BOTH_UP):
+            return True
+        time.sleep(1)
+    return False
+
+
+def restart_backup(cluster: Cluster) -> None:
+    cluster.on(GPU1, "sudo systemctl kill --signal=KILL slurmctld; sudo systemctl restart slurmctld", timeout=120)
+
+
 def controller_timeout(cluster: Cluster) -> int:
     return int(yaml.safe_load(cluster.spec.read_text())["slurm"]["controller_timeout"])
 
@@ -93,11 +111,19 @@ def test_validate_takeover_passes_with_its_figures(cluster: Cluster) -> None:
     result = gpuclus("validate", str(cluster.spec), "--only", "failover.takeover", "--json", timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     (check,) = json.loads(result.stdout)["checks"]
-    assert check["id"] == "failover.takeover" and check["status"] == "pass", check
-    rows = {row["node"]: row for row in check["nodes"]}
-    assert set(rows) == {HEAD, GPU1}
-    assert all(row["unit"] == "s" and 0 <= row["value"] <= 60 for row in rows.values()), rows
-    print(f"\nvalidate takeover {rows[GPU1]['value']} s, hand back {rows[HEAD]['value']} s")
+    rows = check["nodes"]
+    assert check["id"] == "failover.takeover" and check["status"] in {"pass", "warn"}, check
+    # The takeover's row (the backup) comes first, then the hand-back's.
+    takeover, hand_back = rows
+    assert takeover["node"] == GPU1 and takeover["status"] == "pass" and takeover["unit"] == "s", rows
+    assert 0 <= takeover["value"] <= 60, rows
+    if check["status"] == "warn":
+        # Slurm 22.05's backup hung handing control back; the check restarted it (and says so).
+        assert hand_back["node"] == GPU1 and "a Slurm 22.05 bug" in hand_back["message"], rows
+        print(f"\nvalidate takeover {takeover['value']} s; the backup hung on the hand-back and was restarted")
+    else:
+        assert hand_back["node"] == HEAD and hand_back["unit"] == "s" and 0 <= hand_back["value"] <= 60, rows
+        print(f"\nvalidate takeover {takeover['value']} s, hand back {hand_back['value']} s")
     assert all(line in ping(cluster) for line in BOTH_UP), ping(cluster)
 
 
@@ -122,15 +148,22 @@ def test_a_stopped_primary_is_replaced_by_the_backup_and_takes_control_back(clus
     cluster.on(HEAD, "sudo systemctl start slurmctld")
     handback_s = wait(
         cluster,
-        "both controllers UP",
-        f"scontrol ping | grep -c ' is UP' | grep -qx 2 && sudo grep -c 'Running as primary controller' {LOG} "
+        "the primary back in control",
+        f"scontrol ping | grep -q '(primary) at {HEAD} is UP' && sudo grep -c 'Running as primary controller' {LOG} "
         f"| grep -qx {primary_runs + 1}",
         60,
     )
+    restarted = not standby_within(cluster, 30)
+    if restarted:
+        # Slurm 22.05's backup can hang for good while it relinquishes control ("not completely done
+        # relinquishing control", SIGTERM ignored): what validate's check and docs/day-two.md tell an admin.
+        restart_backup(cluster)
+        assert standby_within(cluster, 60), ping(cluster)
     assert run_job(cluster, GPU1) == GPU1
     print(
         f"\nprimary stopped: backup in control after {failover_s:.1f} s (SlurmctldTimeout {timeout} s); "
         f"primary back in control {handback_s:.1f} s after its start; jobs ran under both "
         f"({time.monotonic() - started:.0f} s incl. the job)"
+        + ("; the backup hung stepping down (Slurm 22.05) and was restarted" if restarted else "")
     )
     assert all(line in ping(cluster) for line in BOTH_UP), ping(cluster)

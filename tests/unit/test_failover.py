@@ -279,3 +279,52 @@ def test_the_sandbox_spec_the_stubs_use_has_a_backup() -> None:
     loaded = load(SANDBOX_SPEC)
     assert loaded.topology is not None
     assert [node.name for node in loaded.topology.nodes if node.has(Role.BACKUP_CONTROLLER)] == [GPU01]
+
+
+PRIMARY_ONLY = CommandResult(0, f"Slurmctld(primary) at {HEAD} is UP\nSlurmctld(backup) at {GPU01} is DOWN\n", "")
+
+
+class HungBackup(Cluster):
+    """Slurm 22.05's hang: the backup never comes back to standby after the hand-back until it is restarted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.handed_back = self.backup_restarted = False
+
+    def remote(self) -> StubRemote:
+        return StubRemote(
+            [
+                ("systemctl restart slurmctld", self._restart),
+                ("scontrol ping", self._ping),
+                ("scontrol takeover", self._takeover),
+                ("systemctl start slurmctld", self._start_hangs),
+                ("srun", self.job),
+                ("squeue", OK),
+                ("show node", lambda _: CommandResult(0, f"NodeName={GPU01} Arch=x86_64 State=IDLE\n", "")),
+            ]
+        )
+
+    def _ping(self, _: str) -> CommandResult:
+        if not self.primary_up:
+            return BACKUP_ONLY
+        return PRIMARY_ONLY if self.handed_back and not self.backup_restarted else BOTH_UP
+
+    def _start_hangs(self, command: str) -> CommandResult:
+        self.handed_back = True
+        return self._start(command)
+
+    def _restart(self, _: str) -> CommandResult:
+        self.backup_restarted = True
+        return OK
+
+
+def test_a_backup_that_hangs_handing_control_back_is_restarted_and_warned_about() -> None:
+    cluster = HungBackup()
+    remote = cluster.remote()
+    outcome = failover.takeover(context(remote))
+    assert outcome.overall is Status.WARN
+    [restart] = remote.matching("systemctl restart slurmctld")
+    # Killed and started again on the backup itself, through the controller's SSH trust.
+    assert restart.startswith("ssh ") and GPU01 in restart and "systemctl kill --signal=KILL slurmctld" in restart
+    warned = [row for row in outcome.nodes if row.status is Status.WARN]
+    assert [row.node for row in warned] == [GPU01] and "a Slurm 22.05 bug" in warned[0].message
