@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gpuclus.sandbox.image import ADMIN_USER
 from gpuclus.ssh.client import CommandResult, SshTarget, connect, run
 from gpuclus.state import StateDir
@@ -30,6 +32,11 @@ def _artifacts_dir() -> Path | None:
 # None: no artifacts directory; the sandbox's spec then has the containers
 # phase off, and tests that need Enroot or Pyxis skip with a reason.
 ARTIFACTS_DIR = _artifacts_dir()
+NEEDS_ARTIFACTS = pytest.mark.skipif(
+    ARTIFACTS_DIR is None,
+    reason="no artifacts directory with the Enroot and Pyxis release sources (GPUCLUS_ARTIFACTS_DIR, "
+    "or <repo>/../shared/artifacts): the sandbox deploys no containers phase without them",
+)
 
 
 def _wheelhouse() -> Path | None:

@@ -16,16 +16,12 @@ import os
 import re
 
 import pytest
-from cluster_helpers import ARTIFACTS_DIR, GPU1, GPU2, HEAD, Cluster, gpuclus
+from cluster_helpers import GPU1, GPU2, HEAD, NEEDS_ARTIFACTS, Cluster, gpuclus
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root for privileged containers"),
-    pytest.mark.skipif(
-        ARTIFACTS_DIR is None,
-        reason="no artifacts directory with the Enroot and Pyxis release sources (GPUCLUS_ARTIFACTS_DIR, "
-        "or <repo>/../shared/artifacts): the sandbox deploys no containers phase without them",
-    ),
+    NEEDS_ARTIFACTS,
 ]
 
 IMAGE = "/var/lib/gpuclus-sandbox/images/test.sqsh"
