@@ -213,6 +213,7 @@ def fast(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(failover, "TAKEOVER_DEADLINE_S", 0.05)
     monkeypatch.setattr(failover, "HANDBACK_DEADLINE_S", 0.05)
     monkeypatch.setattr(failover, "NODE_DEADLINE_S", 0.05)
+    monkeypatch.setattr(failover, "READY_DEADLINE_S", 0.05)
     monkeypatch.setattr(failover, "SETTLE_QUIET_S", 0.0)
 
 
@@ -266,7 +267,8 @@ def test_a_backup_down_before_the_takeover_fails_without_touching_anything() -> 
     )
     outcome = failover.takeover(context(remote))
     assert outcome.overall is Status.FAIL and GPU01 in outcome.message
-    assert remote.commands == ["scontrol ping"]
+    # It waited a little for the backup to answer (pings only), then touched nothing.
+    assert remote.commands and set(remote.commands) == {"scontrol ping"}
 
 
 def test_skipped_without_a_backup_controller() -> None:

@@ -28,6 +28,8 @@ from gpuclus.validate.model import Level, NodeResult, Outcome, Status, skipped
 # primary to take control back after it starts; both take a few seconds on the sandbox.
 TAKEOVER_DEADLINE_S = 60.0
 HANDBACK_DEADLINE_S = 60.0
+# How long both controllers may take to answer before the takeover (one just restarted by a deploy).
+READY_DEADLINE_S = 30.0
 # How long a compute node may take to register with the backup once it is in control.
 NODE_DEADLINE_S = 90.0
 # The check's job gone from the queue (epilog done), then this quiet time, before the hand-back.
@@ -106,8 +108,9 @@ def takeover(ctx: Context) -> Outcome:
         return skipped("no backup_controller in the spec")
     primary = ctx.controller.name
     both_up = f"`scontrol ping` shows {primary} and {backup.name} UP"
-    before = _ping(ctx)
-    if not (before.up(primary) and before.up(backup.name)):
+    # A slurmctld a deploy restarted a moment ago answers `scontrol ping` after a few seconds.
+    before, ready = wait_for(ctx, lambda p: p.up(primary) and p.up(backup.name), READY_DEADLINE_S)
+    if ready is None:
         return Outcome(
             status=Status.FAIL,
             message=f"before the takeover: {before}",
