@@ -126,7 +126,7 @@ def deploy(
     with deploy_lock(StateDir.beside(request.spec_path)):
         failures: list[records.Failure] = []
         if request.preflight:
-            probe = preflight or _ssh_preflight
+            probe = preflight or ssh_preflight_nodes
             started = time.monotonic()
             reports = probe(loaded, request.spec_path, chosen.hosts)
             observer.preflight_done(reports, time.monotonic() - started)
@@ -141,7 +141,8 @@ def deploy(
     return DeployResult(record, exit_code(record), prepared.config.run_dir, seconds)
 
 
-def _ssh_preflight(loaded: LoadedSpec, spec_path: Path, hosts: list[str]) -> list[NodeReport]:
+def ssh_preflight_nodes(loaded: LoadedSpec, spec_path: Path, hosts: list[str]) -> list[NodeReport]:
+    """The real SSH preflight of ``hosts`` (deploy's and reset's default)."""
     # Looked up when called, so a test can replace ssh.preflight.preflight_spec.
     return ssh_preflight.preflight_spec(loaded, spec_path, hosts=hosts)
 

@@ -26,6 +26,7 @@ from gpuclus.deploy.pipeline import (
     execute,
     exit_code,
     render_for_run,
+    ssh_preflight_nodes,
 )
 from gpuclus.deploy.workspace import RunConfig, prepare_run
 from gpuclus.errors import ExitCode, GpuclusError, UsageError
@@ -189,7 +190,7 @@ def reset(
     with deploy_lock(state):
         unreachable: list[str] = []
         if request.preflight:
-            probe = preflight or _ssh_preflight
+            probe = preflight or ssh_preflight_nodes
             started = time.monotonic()
             reports = probe(loaded, request.spec_path, chosen)
             # Only unreachable nodes are left out: a node failing a deploy check (disk, GPUs) can still be reset.
@@ -208,12 +209,6 @@ def reset(
         if request.keep is not None:
             records.prune(state, request.keep)
     return ResetResult(record, exit_code(record), prepared.config.run_dir, seconds, full, unreachable, forgot)
-
-
-def _ssh_preflight(loaded: LoadedSpec, spec_path: Path, hosts: list[str]) -> list[NodeReport]:
-    from gpuclus.ssh import preflight as ssh_preflight
-
-    return ssh_preflight.preflight_spec(loaded, spec_path, hosts=hosts)
 
 
 def _unreachable_only(reports: list[NodeReport]) -> list[NodeReport]:
