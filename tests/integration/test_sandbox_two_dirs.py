@@ -1,9 +1,11 @@
-"""Two directories, one sandbox name, on the real engine (issue 12, item 4).
+"""Two directories, one sandbox name, on the real engine (issue 12, item 4; issue 18, item 4).
 
 `sandbox up` from a second directory with the same --name is refused, and
-nothing run from there — status, ssh, down — shows, reaches or removes the
-first directory's nodes, network or volume. One node, and the cached node
-image: cheap after any other sandbox test has built the image.
+nothing run from there without --name — status, ssh, down — shows, reaches or
+removes the first directory's nodes, network or volume. `sandbox list` shows
+the sandbox from anywhere, and `sandbox down --name` removes it from anywhere.
+One node, and the cached node image: cheap after any other sandbox test has
+built the image.
 
 Needs root (privileged containers), like tests/integration/test_sandbox.py.
 """
@@ -91,12 +93,16 @@ def test_a_second_directory_neither_adopts_nor_removes_the_first_sandbox(tmp_pat
         assert status_b.returncode == 1
         assert json.loads(status_b.stdout)["nodes"] == []
 
-        # down --name from B (the hint the old message gave): A's sandbox is left alone.
-        down_b = gpuclus("sandbox", "down", "--name", CLUSTER, "--spec", str(spec_b), "--json")
-        assert down_b.returncode == 0, down_b.stderr
-        summary = json.loads(down_b.stdout)
-        assert (summary["removed_nodes"], summary["removed_network"], summary["removed_volumes"]) == ([], False, [])
-        assert summary["elsewhere"] == [dir_a]
+        # list from B shows A's sandbox, its OS and directory.
+        listed = gpuclus("sandbox", "list", "--json")
+        assert listed.returncode == 0, listed.stderr
+        (entry,) = [s for s in json.loads(listed.stdout)["sandboxes"] if s["name"] == CLUSTER]
+        assert (entry["directory"], entry["oses"], entry["nodes"], entry["state"]) == (
+            dir_a,
+            ["debian12"],
+            [HEAD],
+            "running",
+        )
 
         # A copy of A's directory (spec, .gpuclus/ and all) is still not A.
         shutil.copytree(spec_a.parent / ".gpuclus", spec_b.parent / ".gpuclus")
@@ -117,10 +123,22 @@ def test_a_second_directory_neither_adopts_nor_removes_the_first_sandbox(tmp_pat
         status_a = gpuclus("sandbox", "status", "--spec", str(spec_a), "--json")
         assert status_a.returncode == 0, status_a.stdout + status_a.stderr
         assert [(n["name"], n["ssh"]) for n in json.loads(status_a.stdout)["nodes"]] == [(HEAD, True)]
+
+        # down --name from B (the hint the refusal gives): A's sandbox and A's record of it go.
+        down_b = gpuclus("sandbox", "down", "--name", CLUSTER, "--spec", str(spec_b), "--json")
+        assert down_b.returncode == 0, down_b.stderr
+        summary = json.loads(down_b.stdout)
+        assert (summary["removed_nodes"], summary["removed_network"], summary["removed_volumes"]) == (
+            [HEAD],
+            True,
+            [VOLUME],
+        )
+        assert summary["removed_from"] == [dir_a]
+        assert not (spec_a.parent / ".gpuclus" / "sandbox.json").exists()
     finally:
-        down_a = gpuclus("sandbox", "down", "--spec", str(spec_a), "--json")
+        down_a = gpuclus("sandbox", "down", "--name", CLUSTER, "--spec", str(spec_a), "--json")
     assert down_a.returncode == 0, down_a.stderr
-    assert json.loads(down_a.stdout)["removed_nodes"] == [HEAD]
+    assert json.loads(down_a.stdout)["removed_nodes"] == []
     assert podman("ps", "--all", "--filter", f"label=gpuclus.sandbox={CLUSTER}", "--format", "{{.Names}}") == ""
     assert NETWORK not in podman("network", "ls", "--format", "{{.Name}}").split()
     assert podman("volume", "ls", "--filter", f"label=gpuclus.sandbox={CLUSTER}", "--format", "{{.Name}}") == ""

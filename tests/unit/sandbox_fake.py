@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -61,8 +62,9 @@ def labels_of(words):
 
 
 def selector(words):
-    # NAME in --filter label=gpuclus.sandbox=NAME
-    return value("--filter", words).split("=", 2)[2]
+    # NAME in --filter label=gpuclus.sandbox=NAME; None for --filter label=gpuclus.sandbox (any sandbox)
+    parts = value("--filter", words).split("=", 2)
+    return parts[2] if len(parts) == 3 else None
 
 
 def fail(message, code=125):
@@ -74,7 +76,8 @@ command, rest = args[0], args[1:]
 if command == "network":
     sub, names = rest[0], rest[1:]
     if sub == "ls":
-        print("\n".join(state["networks"]))
+        labelled = "--filter" in names
+        print("\n".join(n for n in state["networks"] if not labelled or f"network/{n}" in state["labels"]))
     elif sub == "inspect":
         missing = [name for name in names if name not in state["networks"]]
         if missing:
@@ -101,7 +104,9 @@ elif command == "volume":
     sub, names = rest[0], rest[1:]
     if sub == "ls":
         cluster = selector(names)
-        print("\n".join(v for v in state["volumes"] if state["labels"][f"volume/{v}"]["gpuclus.sandbox"] == cluster))
+        print("\n".join(
+            v for v in state["volumes"] if cluster in (None, state["labels"][f"volume/{v}"]["gpuclus.sandbox"])
+        ))
     elif sub == "inspect":
         missing = [name for name in names if name not in state["volumes"]]
         if missing:
@@ -125,7 +130,7 @@ elif command == "images":
     pass
 elif command == "ps":
     cluster = selector(rest)
-    print("\n".join(n for n, c in state["containers"].items() if c["cluster"] == cluster))
+    print("\n".join(n for n, c in state["containers"].items() if cluster in (None, c["cluster"])))
 elif command == "inspect":
     missing = [name for name in rest if name not in state["containers"]]
     if missing:
@@ -214,7 +219,11 @@ def block_real_engines(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lifecycle, "engine_named", refuse)
     monkeypatch.setattr(lifecycle, "build_image", refuse)
     monkeypatch.setattr(lifecycle, "check_ssh", refuse)
-    monkeypatch.setattr(lifecycle, "host_recipe", lambda mirror=None: RECIPE)
+    monkeypatch.setattr(
+        lifecycle,
+        "host_recipe",
+        lambda mirror=None, suite=SUITE: RECIPE if suite == SUITE else replace(RECIPE, suite=suite),
+    )
     monkeypatch.setattr(network, "host_routes", lambda: [])
 
 
@@ -227,7 +236,7 @@ def wire(monkeypatch: pytest.MonkeyPatch, engine: FakeEngine) -> None:
         assert state.private_key.exists() and state.known_hosts.exists()
         engine.ssh_checks.append([n.name for n in nodes])
         return [
-            NodeStatus(n.name, n.address, "controller" if n.controller else "compute", n.gpus, "running", True)
+            NodeStatus(n.name, n.address, "controller" if n.controller else "compute", n.gpus, "running", True, os=n.os)
             for n in nodes
         ]
 

@@ -160,7 +160,7 @@ def test_the_sandbox_is_ha_from_three_nodes_and_the_backup_mounts_the_volume() -
         assert backups == ([backup] if backup else [])
         state = loaded.spec.slurm.state_save_location
         assert state == ("/srv/nfs/shared/slurm/state" if backup else None)
-        mounted = [c.name for c in node_containers(layout, "img") if c.volumes]
+        mounted = [c.name for c in node_containers(layout, {"debian12": "img"}) if c.volumes]
         # The first compute node mounts the volume from 2 nodes on, so growing to 3 needs no new container.
         assert mounted == ["s-head"] + (["s-gpu01"] if count > 1 else [])
     # The other compute nodes stay one range, which `nodes remove` can shrink.

@@ -177,8 +177,8 @@ def ubuntu_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     os_release = tmp_path / "os-release"
     os_release.write_text("ID=ubuntu\nVERSION_CODENAME=jammy\n")
 
-    def recipe(mirror: str | None = None) -> ImageRecipe:
-        return image.host_recipe(apt, os_release, mirror=mirror)
+    def recipe(mirror: str | None = None, suite: str = image.SUITE) -> ImageRecipe:
+        return image.host_recipe(apt, os_release, mirror=mirror, suite=suite)
 
     monkeypatch.setattr(lifecycle, "host_recipe", recipe)
 
@@ -364,7 +364,7 @@ def test_up_status_ssh_down(tmp_path: Path, as_root: None, fake: FakeEngine, mon
         "10.213.0.0/24",
     )
     assert [n["name"] for n in status_payload["nodes"]] == ["lab-head", "lab-gpu01", "lab-gpu02"]
-    assert set(status_payload["nodes"][0]) == {"name", "address", "role", "gpus", "state", "ssh", "detail"}
+    assert set(status_payload["nodes"][0]) == {"name", "address", "role", "gpus", "state", "ssh", "detail", "os"}
     assert {(n["state"], n["ssh"]) for n in status_payload["nodes"]} == {("running", True)}
     human = invoke("status", "--spec", str(spec))
     assert human.exit_code == 0
@@ -412,6 +412,7 @@ def test_up_status_ssh_down(tmp_path: Path, as_root: None, fake: FakeEngine, mon
         "removed_volumes": [],
         "removed_images": [],
         "elsewhere": [],
+        "removed_from": [],
     }
 
 

@@ -19,7 +19,7 @@ PUBLIC_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGm8Yq9tP1n0J2k3L4m5N6o7P8q9R0
 
 def test_containers_nfs_volume_on_the_controller_and_the_backup_controller() -> None:
     layout = sandbox_layout("lab", 3, 2, "10.213.0.0/24")
-    containers = node_containers(layout, "localhost/gpuclus-node:0123456789ab")
+    containers = node_containers(layout, {"debian12": "localhost/gpuclus-node:0123456789ab"})
     assert [c.name for c in containers] == ["lab-head", "lab-gpu01", "lab-gpu02"]
     # gpu01 runs the backup slurmctld, whose state directory is on the volume, at the head's path.
     assert containers[0].volumes == containers[1].volumes == (("gpuclus-lab-nfs", NFS_VOLUME_MOUNT),)
@@ -34,8 +34,19 @@ def test_containers_nfs_volume_on_the_controller_and_the_backup_controller() -> 
         assert container.image == "localhost/gpuclus-node:0123456789ab"
 
 
+def test_containers_of_a_mixed_sandbox_run_each_node_os_image_and_say_which() -> None:
+    layout = sandbox_layout("mix", 3, 1, "10.213.0.0/24", "debian12", "debian13")
+    images = {"debian12": "localhost/gpuclus-node:aaaaaaaaaaaa", "debian13": "localhost/gpuclus-node:bbbbbbbbbbbb"}
+    containers = node_containers(layout, images)
+    assert [(c.name, c.image, dict(c.labels)["gpuclus.sandbox.os"]) for c in containers] == [
+        ("mix-head", images["debian12"], "debian12"),
+        ("mix-gpu01", images["debian13"], "debian13"),
+        ("mix-gpu02", images["debian13"], "debian13"),
+    ]
+
+
 def test_containers_single_node_gets_the_volume() -> None:
-    (only,) = node_containers(sandbox_layout("solo", 1, 1, "10.213.0.0/24"), "img")
+    (only,) = node_containers(sandbox_layout("solo", 1, 1, "10.213.0.0/24"), {"debian12": "img"})
     assert only.volumes == (("gpuclus-solo-nfs", NFS_VOLUME_MOUNT),)
 
 

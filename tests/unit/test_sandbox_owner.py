@@ -161,7 +161,7 @@ def test_builders_pass_the_owner_as_one_label_whatever_the_path() -> None:
     ]
     assert PODMAN.volume_inspect(["v"]) == ["/usr/bin/podman", "volume", "inspect", "v"]
     layout = sandbox_layout("lab", 2, 1, "10.213.0.0/24")
-    for container in node_containers(layout, "img", path):
+    for container in node_containers(layout, {"debian12": "img"}, path):
         argv = PODMAN.run_node(container)
         labels = [argv[i + 1] for i, word in enumerate(argv) if word == "--label"]
         assert labels[0] == "gpuclus.sandbox=lab"
@@ -182,7 +182,7 @@ def test_up_refuses_a_name_that_runs_from_another_directory(
     assert result.exit_code == 2, result.output
     assert f"a sandbox named 'lab' runs from {directory(a)}" in result.stderr
     assert "use --name OTHER" in result.stderr
-    assert f"`gpuclus sandbox down` in {directory(a)}" in result.stderr
+    assert "(from any directory): `gpuclus sandbox down --name lab`" in result.stderr
     # Nothing of A's was touched, nothing was made, and B holds no record to act on later.
     assert fake.state == before
     assert changing(new_calls(fake, calls)) == []
@@ -197,7 +197,7 @@ def test_up_refusal_as_json(a: Path, b: Path, fake: FakeEngine) -> None:
     error = stdout_json(result)["error"]
     assert error["exit_code"] == 2
     assert error["message"] == f"a sandbox named 'lab' runs from {directory(a)}"
-    assert directory(a) in error["hint"]
+    assert "`gpuclus sandbox down --name lab`" in error["hint"]
 
 
 def test_a_copied_directory_does_not_adopt_the_sandbox(a: Path, b: Path, fake: FakeEngine) -> None:
@@ -233,9 +233,9 @@ def test_a_moved_directory_is_named_with_a_way_to_remove_its_sandbox(
     refused = up(b)
     assert refused.exit_code == 2, refused.output
     assert f"runs from {old_a}, which no longer exists" in refused.stderr
-    command = f"gpuclus sandbox down --name lab --spec {old_a}/sandbox.yaml"
-    assert command in refused.stderr
-    removed = invoke(*command.split()[2:], "--json")
+    command = "gpuclus sandbox down --name lab"
+    assert f"`{command}`" in refused.stderr
+    removed = invoke(*command.split()[2:], "--json", "--spec", str(b))
     assert removed.exit_code == 0, removed.output
     assert stdout_json(removed)["removed_nodes"] == sorted(NODES)
     assert sandbox_of(fake) == {"containers": {}, "network": None, "volumes": [], "labels": {}}
@@ -328,22 +328,34 @@ def test_down_in_a_copied_directory_leaves_the_first_alone(a: Path, b: Path, fak
     assert invoke("status", "--spec", str(a)).exit_code == 0
 
 
-def test_down_by_name_in_another_directory_leaves_the_first_alone(a: Path, b: Path, fake: FakeEngine) -> None:
+def test_down_by_name_from_another_directory_removes_it_and_its_record(a: Path, b: Path, fake: FakeEngine) -> None:
+    """--name names the sandbox wherever it runs from (issue 18): its resources, A's record and host keys go."""
     assert up(a).exit_code == 0
-    before, calls = sandbox_of(fake), len(fake.calls())
+    state_a = StateDir.beside(a)
+    assert "10.213.0.10" in state_a.known_hosts.read_text()
     result = invoke("down", "--name", "lab", "--json", "--spec", str(b))
     assert result.exit_code == 0, result.output
     assert stdout_json(result) == {
         "ok": True,
         "cluster": "lab",
-        "removed_nodes": [],
-        "removed_network": False,
-        "removed_volumes": [],
+        "removed_nodes": sorted(NODES),
+        "removed_network": True,
+        "removed_volumes": ["gpuclus-lab-nfs"],
         "removed_images": [],
-        "elsewhere": [directory(a)],
+        "elsewhere": [],
+        "removed_from": [directory(a)],
     }
+    assert sandbox_of(fake) == {"containers": {}, "network": None, "volumes": [], "labels": {}}
+    assert not record_path(state_a).exists()
+    assert "10.213.0.10" not in state_a.known_hosts.read_text()
+    human = invoke("down", "--name", "lab", "--spec", str(b))
+    assert human.exit_code == 0
+    assert "nothing to remove: no sandbox named 'lab' on this host" in human.stdout
+    # A starts afresh; B's plain down (no record there) touches nothing of it.
+    assert up(a).exit_code == 0
+    before = sandbox_of(fake)
+    assert invoke("down", "--spec", str(b)).exit_code == 0
     assert sandbox_of(fake) == before
-    assert changing(new_calls(fake, calls)) == []
 
 
 def test_down_finishes_an_interrupted_up_in_its_own_directory_only(
@@ -359,7 +371,7 @@ def test_down_finishes_an_interrupted_up_in_its_own_directory_only(
     record_path(StateDir.beside(a)).unlink()
     before = sandbox_of(fake)
 
-    other = invoke("down", "--name", "lab", "--json", "--spec", str(b))
+    other = invoke("down", "--json", "--spec", str(b))
     assert other.exit_code == 0, other.output
     assert stdout_json(other)["removed_nodes"] == []
     assert sandbox_of(fake) == before
@@ -394,12 +406,14 @@ def test_unlabelled_resources_belong_to_the_directory_whose_record_names_them(
     refused = up(b)
     assert refused.exit_code == 2, refused.output
     assert "a sandbox named 'lab' made by an older gpuclus" in refused.stderr
-    assert "whose .gpuclus/sandbox.json names it" in refused.stderr
-    down_b = invoke("down", "--name", "lab", "--json", "--spec", str(b))
-    assert down_b.exit_code == 0
-    assert stdout_json(down_b)["removed_nodes"] == []
-    assert stdout_json(down_b)["elsewhere"] == [None]
-    human = invoke("down", "--name", "lab", "--spec", str(b))
+    assert "`gpuclus sandbox down --name lab`" in refused.stderr
+    # A copy of A's record in B claims nothing either: B's plain down leaves them alone.
+    copy_state(a, b)
+    (StateDir.beside(b).root / "sandbox.json").write_text(
+        (StateDir.beside(a).root / "sandbox.json").read_text().replace("10.213.0.0/24", "10.213.9.0/24")
+    )
+    human = invoke("down", "--spec", str(b))
+    assert human.exit_code == 0
     assert "left alone: a sandbox named 'lab' made by an older gpuclus" in human.stderr
     assert sandbox_of(fake) == before
 

@@ -159,7 +159,13 @@ def test_sandbox_record_round_trip(state: StateDir) -> None:
     assert loaded is not None
     assert loaded.layout == sandbox_layout("lab", 3, 2, "10.213.0.0/24")
     data = json.loads(path.read_text())
-    assert data["nodes"][1] == {"name": "lab-gpu01", "address": "10.213.0.11", "controller": False, "gpus": 2}
+    assert data["nodes"][1] == {
+        "name": "lab-gpu01",
+        "address": "10.213.0.11",
+        "controller": False,
+        "gpus": 2,
+        "os": "debian12",
+    }
 
 
 def test_sandbox_record_layout_of_a_gpu_less_or_single_node_sandbox() -> None:

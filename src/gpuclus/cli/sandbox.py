@@ -100,13 +100,31 @@ def up(
             metavar="DIR",
         ),
     ] = None,
+    os_name: Annotated[
+        str | None,
+        typer.Option(
+            "--os",
+            help="The nodes' OS: debian12 (Slurm 22.05) or debian13 (Slurm 24.11). Default: debian12, or what "
+            "the sandbox that is up here runs.",
+            metavar="OS",
+        ),
+    ] = None,
+    compute_os: Annotated[
+        str | None,
+        typer.Option(
+            "--compute-os",
+            help="The compute nodes' OS when it differs from the head's (a mixed cluster), e.g. "
+            "--os debian12 --compute-os debian13. Default: --os.",
+            metavar="OS",
+        ),
+    ] = None,
     spec: SpecOption = DEFAULT_SPEC,
     json_mode: JsonOption = False,
 ) -> None:
     """Start sandbox nodes and write a spec for them (sandbox.yaml).
 
-    Builds a Debian 12 node image with debootstrap the first time (about a
-    minute; cached by content hash afterwards) from the Debian mirror in this
+    Builds a node image per OS (--os, --compute-os) with debootstrap the first
+    time (about a minute; cached by content hash afterwards) from the Debian mirror in this
     host's apt sources, whose apt settings (proxy, credentials) the nodes also
     get; on a host without a Debian mirror (Ubuntu, say) pass --mirror or set
     GPUCLUS_SANDBOX_MIRROR. It then starts the nodes as privileged
@@ -148,6 +166,8 @@ def up(
             mirror=mirror,
             artifacts=artifacts,
             wheelhouse=wheelhouse,
+            os=os_name,
+            compute_os=compute_os,
         )
         result = sandbox_up(options, lambda text: out.note(f"[dim]==>[/] {escape(text)}"))
         if json_mode:
@@ -155,7 +175,7 @@ def up(
             return
         for note in result.notes:
             out.warn(note)
-        _print_nodes(out, [(s.name, s.role, s.address, s.gpus, s.state, s.ssh) for s in result.nodes])
+        _print_nodes(out, [(s.name, s.role, s.os, s.address, s.gpus, s.state, s.ssh) for s in result.nodes])
         _print_reshape(out, result)
         verb = "up" if result.changed else "already up, nothing to do"
         out.result(
@@ -175,7 +195,12 @@ def up(
 @app.command("down")
 def down(
     name: Annotated[
-        str | None, typer.Option("--name", help="Cluster name; default: the sandbox recorded beside --spec.")
+        str | None,
+        typer.Option(
+            "--name",
+            help="The sandbox to remove, from any directory (`gpuclus sandbox list` names them); "
+            "default: the sandbox recorded beside --spec.",
+        ),
     ] = None,
     purge: Annotated[bool, typer.Option("--purge", help="Also remove the cached node image(s).")] = False,
     engine: EngineOption = "auto",
@@ -184,10 +209,11 @@ def down(
 ) -> None:
     """Remove the sandbox's nodes, network and NFS volume (the cached image stays unless --purge).
 
-    Only what `up` made from this directory (also after an interrupted `up`):
-    a sandbox of the same name run from another directory is left alone.
-    Taking down a sandbox that is not there is fine (exit 0). The spec file is
-    left in place; `up` rewrites it.
+    Without --name: what `up` made from this directory (also after an
+    interrupted `up`); a sandbox of the same name run from another directory
+    is left alone. With --name: that sandbox, wherever it was started from
+    (its directory's record of it goes too). Taking down a sandbox that is not
+    there is fine (exit 0). The spec file is left in place; `up` rewrites it.
     """
     from gpuclus.sandbox.lifecycle import down as sandbox_down
 
@@ -204,7 +230,11 @@ def down(
             out.emit({"ok": True, **result.as_dict()})
             return
         if not (result.removed_nodes or result.removed_network or result.removed_volumes or result.removed_images):
-            out.result("nothing to remove: no sandbox is up here")
+            out.result(
+                f"nothing to remove: no sandbox named {escape(name)!r} on this host"
+                if name
+                else "nothing to remove: no sandbox is up here"
+            )
         else:
             out.result(
                 f"[green]✓[/] removed {len(result.removed_nodes)} node(s)"
@@ -214,6 +244,49 @@ def down(
             )
         for where in result.elsewhere:
             out.note(f"left alone: {escape(_elsewhere(result.cluster, where))}")
+        for where in result.removed_from:
+            out.note(f"it ran from {escape(where or 'a directory an older gpuclus did not record')}")
+
+
+@app.command("list")
+def list_(
+    json_mode: JsonOption = False,
+) -> None:
+    """Show every sandbox on this host, from any directory: name, OS, nodes, directory, state.
+
+    Found by the labels on what `up` made (podman, and docker when its daemon
+    runs). State: running (every node), stopped (none), partial (some), or
+    leftovers (a network or volume without nodes). `gpuclus sandbox down
+    --name NAME` removes one from anywhere. Exit 0, also when there is none.
+    """
+    from gpuclus.sandbox.listing import installed_engines, list_sandboxes
+
+    out = Output(json_mode=json_mode)
+    with handled(out):
+        summaries = list_sandboxes(installed_engines())
+        if json_mode:
+            out.emit({"ok": True, "sandboxes": [summary.as_dict() for summary in summaries]})
+            return
+        if not summaries:
+            out.result("no sandbox on this host")
+            return
+        table = Table(box=None, pad_edge=False)
+        for column in ("name", "os", "nodes", "subnet", "engine", "state"):
+            table.add_column(column)
+        # The directory is what `down` there needs: wrapped, never cut short.
+        table.add_column("directory", overflow="fold")
+        for summary in summaries:
+            colour = "green" if summary.state == "running" else "yellow"
+            table.add_row(
+                escape(summary.name),
+                "+".join(summary.oses) or "-",
+                f"{summary.running}/{len(summary.nodes)}",
+                summary.subnet or "-",
+                summary.engine,
+                f"[{colour}]{summary.state}[/]",
+                escape(summary.directory or "(not recorded: made by an older gpuclus)"),
+            )
+        out.out.print(table)
 
 
 @app.command("status")
@@ -248,7 +321,7 @@ def status(
         elif record is None:
             out.result(f"no sandbox is up here (no {escape(str(spec.parent / '.gpuclus' / 'sandbox.json'))})")
         else:
-            _print_nodes(out, [(n.name, n.role, n.address, n.gpus, n.state, n.ssh) for n in nodes])
+            _print_nodes(out, [(n.name, n.role, n.os, n.address, n.gpus, n.state, n.ssh) for n in nodes])
             for node in nodes:
                 if node.detail:
                     out.warn(f"{node.name}: {node.detail}")
@@ -321,13 +394,15 @@ def _elsewhere(cluster: str | None, where: str | None) -> str:
     return f"a sandbox named {cluster!r} made by an older gpuclus from a directory this one's record does not name"
 
 
-def _print_nodes(out: Output, rows: list[tuple[str, str, str, int, str, bool | None]]) -> None:
+def _print_nodes(out: Output, rows: list[tuple[str, str, str, str, int, str, bool | None]]) -> None:
     table = Table(box=None, pad_edge=False)
-    for column in ("node", "role", "address", "gpus", "state", "ssh"):
+    for column in ("node", "role", "os", "address", "gpus", "state", "ssh"):
         table.add_column(column)
-    for name, role, address, gpus, state, reachable in rows:
+    for name, role, os_name, address, gpus, state, reachable in rows:
         mark = "-" if reachable is None else ("[green]ok[/]" if reachable else "[red]failed[/]")
         colour = "green" if state == "running" else "red"
-        table.add_row(escape(name), role, address, f"{gpus} (fake)" if gpus else "0", f"[{colour}]{state}[/]", mark)
+        table.add_row(
+            escape(name), role, os_name, address, f"{gpus} (fake)" if gpus else "0", f"[{colour}]{state}[/]", mark
+        )
     if not out.json_mode:
         out.out.print(table)

@@ -39,6 +39,8 @@ EngineKind = Literal["podman", "docker"]
 LABEL = "gpuclus.sandbox"
 # The .gpuclus directory of the spec whose `up` created a resource (see sandbox/owner.py).
 OWNER_LABEL = "gpuclus.sandbox.owner"
+# A node container's OS (sandbox/oses.py), for `sandbox list`.
+OS_LABEL = "gpuclus.sandbox.os"
 NVIDIA_MAJOR = 195
 ULIMITS = ("nofile=1024:16384", "nproc=16384:16384")
 # A node that reboots itself comes back; one stopped by hand stays stopped.
@@ -157,8 +159,10 @@ class Engine:
     def network_inspect(self, names: Sequence[str]) -> list[str]:
         return self._cli("network", "inspect", *names)
 
-    def network_list(self) -> list[str]:
-        return self._cli("network", "ls", "--format", "{{.Name}}")
+    def network_list(self, labelled: bool = False) -> list[str]:
+        """Every network's name; ``labelled``: only the sandboxes' (any cluster)."""
+        selector = ("--filter", f"label={LABEL}") if labelled else ()
+        return self._cli("network", "ls", *selector, "--format", "{{.Name}}")
 
     def network_remove(self, name: str) -> list[str]:
         return self._cli("network", "rm", name)
@@ -169,8 +173,9 @@ class Engine:
     def volume_inspect(self, names: Sequence[str]) -> list[str]:
         return self._cli("volume", "inspect", *names)
 
-    def volume_list(self, cluster: str) -> list[str]:
-        return self._cli("volume", "ls", "--filter", f"label={LABEL}={cluster}", "--format", "{{.Name}}")
+    def volume_list(self, cluster: str | None = None) -> list[str]:
+        selector = f"label={LABEL}" if cluster is None else f"label={LABEL}={cluster}"
+        return self._cli("volume", "ls", "--filter", selector, "--format", "{{.Name}}")
 
     def volume_remove(self, names: Sequence[str]) -> list[str]:
         return self._cli("volume", "rm", "--force", *names)

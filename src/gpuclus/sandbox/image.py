@@ -1,4 +1,4 @@
-"""The sandbox node image: Debian 12 with systemd and sshd, built locally with debootstrap.
+"""The sandbox node image: Debian (12 or 13) with systemd and sshd, built locally with debootstrap.
 
 No registry is needed (CI hosts have none). The image is tagged with a hash of
 everything that goes into it, so a second `sandbox up` finds it and takes
@@ -30,6 +30,7 @@ from gpuclus.sandbox.engine import Engine, SandboxError, engine_message
 IMAGE_REPOSITORY = "localhost/gpuclus-node"
 # Bump when the customisation below changes in a way the hash cannot see.
 IMAGE_FORMAT = 1
+# The default node OS's suite (oses.py lists the others).
 SUITE = "bookworm"
 ADMIN_USER = "gpuclus"
 FAKE_GPU_CONFIG = "/etc/gpuclus/fake-gpus"
@@ -145,31 +146,32 @@ def host_recipe(
     os_release: Path = Path("/etc/os-release"),
     *,
     mirror: str | None = None,
+    suite: str = SUITE,
 ) -> ImageRecipe:
-    """A recipe that reaches Debian the way this host does.
+    """A recipe for a ``suite`` image that reaches Debian the way this host does.
 
     The mirror is ``mirror`` when the user gave one (--mirror,
     GPUCLUS_SANDBOX_MIRROR), else the host's own Debian mirror; a host without
     one (Ubuntu, say) is refused rather than sent to a mirror it may not reach.
     A host that has a Debian mirror lends the nodes its apt settings too (its
     proxy, its mirror credentials). A Debian 12 host using its own mirror also
-    lends its source files as they are; anything else gets sources generated
-    for the mirror.
+    lends its source files as they are when ``suite`` is its own release;
+    anything else gets sources generated for the mirror.
     """
-    host_mirror = debian_mirror(host_sources(apt_root), SUITE)
+    host_mirror = debian_mirror(host_sources(apt_root), suite)
     chosen = check_mirror(mirror) if mirror is not None else host_mirror
     if chosen is None:
-        raise no_mirror_error(apt_root, SUITE)
+        raise no_mirror_error(apt_root, suite)
     files: tuple[tuple[str, str], ...] = ()
     if host_mirror is not None:
-        same_sources = _codename(os_release) == SUITE and chosen == host_mirror
+        same_sources = _codename(os_release) == suite and chosen == host_mirror
         files = host_apt_files(apt_root) if same_sources else host_apt_settings(apt_root)
     if not any(path.startswith("sources.list") for path, _ in files):
         files = (
             *files,
-            ("sources.list", f"deb {chosen} {SUITE} main\ndeb {chosen} {SUITE}-updates main\n"),
+            ("sources.list", f"deb {chosen} {suite} main\ndeb {chosen} {suite}-updates main\n"),
         )
-    return ImageRecipe(SUITE, chosen, PACKAGES, tuple(sorted(files)))
+    return ImageRecipe(suite, chosen, PACKAGES, tuple(sorted(files)))
 
 
 def _codename(os_release: Path) -> str | None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from gpuclus.errors import UsageError
 from gpuclus.sandbox.image import ADMIN_USER
+from gpuclus.sandbox.oses import DEFAULT_OS, node_os
 from gpuclus.spec.models import CLUSTER_NAME_PATTERN
 
 SUBNET_POOL = ipaddress.ip_network("10.213.0.0/16")
@@ -38,6 +39,8 @@ class SandboxNode:
     address: str
     controller: bool
     gpus: int
+    # The node's OS (oses.py); a record written before there was a choice is Debian 12's.
+    os: str = DEFAULT_OS
 
 
 @dataclass(frozen=True)
@@ -87,8 +90,19 @@ def check_cluster_name(name: str) -> None:
         )
 
 
-def sandbox_layout(cluster: str, node_count: int, gpus_per_node: int, subnet: str) -> SandboxLayout:
+def sandbox_layout(
+    cluster: str,
+    node_count: int,
+    gpus_per_node: int,
+    subnet: str,
+    head_os: str = DEFAULT_OS,
+    compute_os: str | None = None,
+) -> SandboxLayout:
+    """The nodes: the head runs ``head_os``, the compute nodes ``compute_os`` (default: the head's)."""
     check_cluster_name(cluster)
+    node_os(head_os)
+    compute_os = compute_os or head_os
+    node_os(compute_os, "--compute-os")
     if not 1 <= node_count <= MAX_NODES:
         raise UsageError(f"--nodes {node_count}: the sandbox runs 1 to {MAX_NODES} nodes")
     if not 0 <= gpus_per_node <= MAX_GPUS:
@@ -97,9 +111,11 @@ def sandbox_layout(cluster: str, node_count: int, gpus_per_node: int, subnet: st
     if network.num_addresses < FIRST_HOST + node_count + 1:
         raise UsageError(f"--subnet {subnet} is too small for {node_count} nodes", "use a /24")
     hosts = list(network.hosts())
-    head = SandboxNode(f"{cluster}-head", str(hosts[FIRST_HOST - 1]), True, gpus_per_node if node_count == 1 else 0)
+    head = SandboxNode(
+        f"{cluster}-head", str(hosts[FIRST_HOST - 1]), True, gpus_per_node if node_count == 1 else 0, head_os
+    )
     compute = [
-        SandboxNode(f"{cluster}-gpu{index:02d}", str(hosts[FIRST_HOST - 1 + index]), False, gpus_per_node)
+        SandboxNode(f"{cluster}-gpu{index:02d}", str(hosts[FIRST_HOST - 1 + index]), False, gpus_per_node, compute_os)
         for index in range(1, node_count)
     ]
     return SandboxLayout(cluster, str(network), (head, *compute), gpus_per_node)

@@ -35,6 +35,7 @@ from gpuclus.sandbox.nodes import (
     node_status,
     remove_nodes,
 )
+from gpuclus.sandbox.oses import DEFAULT_OS, OSES, node_os
 from gpuclus.sandbox.owner import owner_of, ownership
 from gpuclus.sandbox.record import SandboxRecord, record_path
 from gpuclus.sandbox.volume import ensure_volume, remove_volumes
@@ -86,10 +87,21 @@ class UpOptions:
     artifacts: Path | None = None
     # --wheelhouse: wheels for the nodes' PyTorch environment on this host; None: pytorch off.
     wheelhouse: Path | None = None
+    # --os and --compute-os (oses.py): the head's OS and the compute nodes'. None: as
+    # recorded for a sandbox that is up; for a new one Debian 12, and the compute nodes the head's.
+    os: str | None = None
+    compute_os: str | None = None
+
+    @property
+    def oses(self) -> tuple[str, str]:
+        """(the head's OS, the compute nodes' OS) for a new sandbox."""
+        head = self.os or DEFAULT_OS
+        return head, self.compute_os or head
 
 
-def wheelhouse_directory(path: Path) -> str:
-    """``--wheelhouse PATH`` as the absolute directory the spec names: a directory holding the torch wheel."""
+def wheelhouse_directory(path: Path, oses: tuple[str, ...] = (DEFAULT_OS,)) -> str:
+    """``--wheelhouse PATH`` as the absolute directory the spec names: a directory holding the torch wheel
+    for the Python of every node OS in ``oses`` (the nodes install it with --no-index)."""
     from gpuclus.spec.models import PyTorch
 
     version = PyTorch().version
@@ -101,8 +113,18 @@ def wheelhouse_directory(path: Path) -> str:
     if not absolute.is_dir():
         state = "no such directory" if not absolute.exists() else "not a directory"
         raise UsageError(f"--wheelhouse {path}: {state}", hint)
-    if not any(absolute.glob(f"torch-{version}[+-]*.whl")):
+    wheels = list(absolute.glob(f"torch-{version}[+-]*.whl"))
+    if not wheels:
         raise UsageError(f"--wheelhouse {path} holds no torch {version} wheel", hint)
+    for name in sorted(set(oses)):
+        tag = "cp" + OSES[name].python.replace(".", "")
+        if not any(f"-{tag}-" in wheel.name for wheel in wheels):
+            raise UsageError(
+                f"--wheelhouse {path} holds no torch {version} wheel for Python {OSES[name].python} "
+                f"({name}'s python3; the wheel's name has -{tag}-)",
+                f"leave --wheelhouse out on {name} nodes, or add that wheel and its dependencies (`pip download "
+                f"--python-version {OSES[name].python} --only-binary=:all: torch=={version} numpy -d DIR`)",
+            )
     return str(absolute)
 
 
@@ -142,19 +164,20 @@ def up(options: UpOptions, say: Say) -> UpResult:
     started = time.monotonic()
     # Bad options are refused before anything touches the host (an engine
     # install, a network listing): lay out once with a placeholder subnet.
-    sandbox_layout(options.cluster, options.nodes, options.gpus_per_node, "10.213.0.0/24")
+    sandbox_layout(options.cluster, options.nodes, options.gpus_per_node, "10.213.0.0/24", *options.oses)
     if options.subnet is not None:
         pick_subnet(options.subnet, [])
     if options.mirror is not None:
         check_mirror(options.mirror)
     artifacts = artifacts_directory(options.artifacts) if options.artifacts is not None else None
-    wheelhouse = wheelhouse_directory(options.wheelhouse) if options.wheelhouse is not None else None
+    wheelhouse = wheelhouse_directory(options.wheelhouse, ()) if options.wheelhouse is not None else None
     # The spec is read back and rewritten below: a device or FIFO in its
     # place would hang the read or be replaced by a file.
     refuse_non_regular_target(options.spec_path)
     hostprep.require_root()
     # A host with no Debian mirror to build from is refused before an engine is installed.
-    recipe = host_recipe(mirror=options.mirror)
+    for name in sorted(set(options.oses)):
+        host_recipe(mirror=options.mirror, suite=node_os(name).suite)
     state = StateDir.beside(options.spec_path)
     existing = SandboxRecord.load(record_path(state))
     if existing is not None and existing.cluster != options.cluster:
@@ -181,18 +204,25 @@ def up(options: UpOptions, say: Say) -> UpResult:
         _refuse_phase_change(existing, artifacts, wheelhouse)
     else:
         subnet = pick_subnet(options.subnet, taken_networks(engine, options.cluster))
-        layout = sandbox_layout(options.cluster, options.nodes, options.gpus_per_node, subnet)
+        layout = sandbox_layout(options.cluster, options.nodes, options.gpus_per_node, subnet, *options.oses)
 
+    node_oses = sorted({node.os for node in layout.nodes})
+    if options.wheelhouse is not None:
+        # The wheels must suit the Python of the nodes that build the environment.
+        wheelhouse_directory(options.wheelhouse, tuple({node.os for node in layout.compute} | {layout.head.os}))
+    recipes = {name: host_recipe(mirror=options.mirror, suite=node_os(name).suite) for name in node_oses}
     # Checked before anything is built or started: a spec gpuclus itself
     # would refuse must not leave nodes behind.
     spec_text = _spec_text(layout, artifacts, wheelhouse)
     image_built = False
-    if not image_present(engine, recipe):
-        hostprep.check_disk([Path("/var/tmp"), Path("/var/lib/containers"), state.root])
-        debootstrap = hostprep.ensure_debootstrap(install=options.install, say=say)
-        say(f"building the node image {recipe.tag} (first time only)")
-        build_image(engine, recipe, debootstrap=debootstrap, say=say)
-        image_built = True
+    for name, recipe in recipes.items():
+        if not image_present(engine, recipe):
+            hostprep.check_disk([Path("/var/tmp"), Path("/var/lib/containers"), state.root])
+            debootstrap = hostprep.ensure_debootstrap(install=options.install, say=say)
+            say(f"building the {name} node image {recipe.tag} (first time for this recipe only)")
+            build_image(engine, recipe, debootstrap=debootstrap, say=say)
+            image_built = True
+    images = {name: recipe.tag for name, recipe in recipes.items()}
 
     public_key = state.ensure_ssh_key()
     added = [node.name for node in _nodes_not_in(layout, existing.layout)] if existing else []
@@ -205,11 +235,11 @@ def up(options: UpOptions, say: Say) -> UpResult:
     write_text_atomic(
         record_path(state),
         SandboxRecord(
-            layout.cluster, engine.kind, layout.subnet, recipe.tag, layout.nodes, artifacts, wheelhouse
+            layout.cluster, engine.kind, layout.subnet, images[layout.head.os], layout.nodes, artifacts, wheelhouse
         ).dumps(),
     )
     changed = image_built | ensure_network(engine, layout, say, owner) | ensure_volume(engine, layout, owner)
-    created = ensure_nodes(engine, layout, recipe.tag, say, owner)
+    created = ensure_nodes(engine, layout, images, say, owner)
     changed |= bool(created) | bool(dropped)
 
     statuses = {status.name: status for status in inspect_nodes(engine, layout)}
@@ -243,7 +273,7 @@ def up(options: UpOptions, say: Say) -> UpResult:
         engine_reason=pick.reason,
         spec=str(options.spec_path),
         subnet=layout.subnet,
-        image=recipe.tag,
+        image=" ".join(sorted(set(images.values()))),
         image_built=image_built,
         changed=changed,
         nodes=checked,
@@ -271,7 +301,9 @@ def _reshaped_layout(existing: SandboxRecord, options: UpOptions) -> SandboxLayo
         raise refusal
     if options.nodes == len(layout.nodes):
         return layout
-    wanted = sandbox_layout(layout.cluster, options.nodes, layout.gpus_per_node, layout.subnet)
+    wanted = sandbox_layout(
+        layout.cluster, options.nodes, layout.gpus_per_node, layout.subnet, layout.head.os, layout.compute[0].os
+    )
     kept = min(len(layout.nodes), options.nodes)
     if wanted.nodes[:kept] != layout.nodes[:kept]:
         # A record whose nodes sit elsewhere (edited, or from another layout
@@ -286,6 +318,17 @@ def _reshaped_layout(existing: SandboxRecord, options: UpOptions) -> SandboxLayo
 def _shape_refusal(layout: SandboxLayout, options: UpOptions) -> SandboxError | None:
     """Why ``options`` cannot be applied to the sandbox that is up, or None when they can."""
     count = len(layout.nodes)
+    recorded = (layout.head.os, layout.compute[0].os)
+    asked = (("--os", options.os, recorded[0]), ("--compute-os", options.compute_os, recorded[1]))
+    changed_os = next(((o, given, had) for o, given, had in asked if given is not None and given != had), None)
+    if changed_os is not None:
+        option, given, had = changed_os
+        return SandboxError(
+            f"{_shape(layout)}: {option} {given} cannot change a sandbox that is up (its "
+            + ("head" if option == "--os" else "compute nodes")
+            + f" run {had})",
+            f"leave {option} out, or run `gpuclus sandbox down` first",
+        )
     if options.gpus_per_node != layout.gpus_per_node:
         return SandboxError(
             f"{_shape(layout)}: --gpus-per-node {options.gpus_per_node} cannot change a sandbox that is up",
@@ -367,6 +410,24 @@ def _spec_text(layout: SandboxLayout, artifacts: str | None, wheelhouse: str | N
 # Status and down ----------------------------------------------------------------------
 
 
+def _forget_elsewhere(cluster: str, directories: list[str | None], say: Say) -> None:
+    """After `down --name` removed a sandbox another directory started: that directory's record of it and
+    its nodes' host keys go too, so its next `up` starts afresh instead of expecting nodes that are gone."""
+    for directory in directories:
+        if directory is None or not Path(directory).is_dir():
+            continue
+        state = StateDir.beside(Path(directory) / "sandbox.yaml")
+        try:
+            record = SandboxRecord.load(record_path(state))
+        except SandboxError:
+            continue  # a damaged record: left for that directory's own `down`
+        if record is None or record.cluster != cluster:
+            continue
+        state.forget_known_hosts([node.address for node in record.nodes])
+        record_path(state).unlink(missing_ok=True)
+        say(f"forgot {directory}'s record of sandbox {cluster!r}")
+
+
 def status(spec_path: Path, *, check: bool = True) -> tuple[SandboxRecord | None, list[NodeStatus], list[str | None]]:
     """The recorded sandbox, its nodes as this directory's containers show them, and where else its name is used.
 
@@ -428,8 +489,10 @@ class DownResult:
     removed_volumes: list[str]
     removed_images: list[str]
     # Directories whose sandbox of the same name was left alone (None: made by
-    # an older gpuclus, directory unknown).
+    # an older gpuclus, directory unknown): only without --name.
     elsewhere: list[str | None] = field(default_factory=list)
+    # With --name: the other directories whose `up` made what was removed.
+    removed_from: list[str | None] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -445,13 +508,19 @@ def down(spec_path: Path, *, cluster: str | None, purge: bool, engine_choice: st
     result = DownResult(name, [], False, [], [])
     # An engine that does not answer (not installed, daemon down) holds no sandbox to remove.
     if name is not None and engine.ok(engine.list_containers(name), timeout=30):
-        # Only what this directory's `up` made, also after an interrupted one;
-        # another directory's sandbox of the same name is left alone.
+        # Without --name, only what this directory's `up` made, also after an
+        # interrupted one: another directory's sandbox of the same name is left
+        # alone. --name names the sandbox wherever it was started from.
         held = ownership(engine, name, state, record)
-        result.removed_nodes = remove_nodes(engine, [r.name for r in held.my("node")], say)
-        result.removed_network = bool(held.my("network")) and remove_network(engine, name)
-        result.removed_volumes = remove_volumes(engine, [r.name for r in held.my("volume")])
-        result.elsewhere = held.elsewhere
+        targets = [*held.mine, *held.others] if cluster is not None else list(held.mine)
+        result.removed_nodes = remove_nodes(engine, [r.name for r in targets if r.kind == "node"], say)
+        result.removed_network = any(r.kind == "network" for r in targets) and remove_network(engine, name)
+        result.removed_volumes = remove_volumes(engine, [r.name for r in targets if r.kind == "volume"])
+        if cluster is None:
+            result.elsewhere = held.elsewhere
+        else:
+            result.removed_from = held.elsewhere
+            _forget_elsewhere(name, held.elsewhere, say)
     if purge:
         result.removed_images = remove_cached_images(engine, say)
     if record is not None and (cluster is None or cluster == record.cluster):

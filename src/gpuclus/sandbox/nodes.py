@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from gpuclus.sandbox.engine import OWNER_LABEL, Engine, NodeContainer, SandboxError
+from gpuclus.sandbox.engine import OS_LABEL, OWNER_LABEL, Engine, NodeContainer, SandboxError
 from gpuclus.sandbox.image import ADMIN_USER, FAKE_GPU_CONFIG
 from gpuclus.sandbox.layout import NFS_VOLUME_MOUNT, TEST_IMAGE, SandboxLayout, SandboxNode
+from gpuclus.sandbox.oses import DEFAULT_OS
 from gpuclus.ssh.client import SshFailure, SshTarget, run_once
 from gpuclus.state import StateDir
 
@@ -32,22 +33,27 @@ class NodeStatus:
     state: str  # running, exited, created, missing
     ssh: bool | None = None  # None: not checked
     detail: str = ""
+    os: str = DEFAULT_OS
 
 
 def node_status(node: SandboxNode, state: str) -> NodeStatus:
-    return NodeStatus(node.name, node.address, "controller" if node.controller else "compute", node.gpus, state)
+    return NodeStatus(
+        node.name, node.address, "controller" if node.controller else "compute", node.gpus, state, os=node.os
+    )
 
 
-def node_containers(layout: SandboxLayout, image: str, owner: str | None = None) -> list[NodeContainer]:
+def node_containers(layout: SandboxLayout, images: Mapping[str, str], owner: str | None = None) -> list[NodeContainer]:
     """What the engine runs for each node; the controller (and the first compute node) mount the NFS volume.
 
-    ``owner`` (the .gpuclus directory that runs `up`) goes on every container as a label.
+    ``images`` maps each node OS to its image. ``owner`` (the .gpuclus
+    directory that runs `up`) goes on every container as a label; so does the
+    node's OS, which `sandbox list` shows.
     """
     containers = []
     for node in layout.nodes:
         role = "controller" if node.controller else "compute"
         volumes = ((layout.volume, NFS_VOLUME_MOUNT),) if layout.mounts_nfs_volume(node) else ()
-        labels: tuple[tuple[str, str], ...] = (("gpuclus.role", role),)
+        labels: tuple[tuple[str, str], ...] = (("gpuclus.role", role), (OS_LABEL, node.os))
         if owner is not None:
             labels += ((OWNER_LABEL, owner),)
         containers.append(
@@ -55,7 +61,7 @@ def node_containers(layout: SandboxLayout, image: str, owner: str | None = None)
                 name=node.name,
                 address=node.address,
                 network=layout.network,
-                image=image,
+                image=images[node.os],
                 cluster=layout.cluster,
                 volumes=volumes,
                 labels=labels,
@@ -65,12 +71,16 @@ def node_containers(layout: SandboxLayout, image: str, owner: str | None = None)
 
 
 def ensure_nodes(
-    engine: Engine, layout: SandboxLayout, image: str, say: Callable[[str], None], owner: str | None = None
+    engine: Engine,
+    layout: SandboxLayout,
+    images: Mapping[str, str],
+    say: Callable[[str], None],
+    owner: str | None = None,
 ) -> list[str]:
     """Create missing nodes, start stopped ones; returns the names created or started."""
     states = {status.name: status.state for status in inspect_nodes(engine, layout)}
     touched = []
-    for container in node_containers(layout, image, owner):
+    for container in node_containers(layout, images, owner):
         state = states.get(container.name, "missing")
         if state == "running":
             continue

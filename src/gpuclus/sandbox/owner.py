@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gpuclus.errors import ExitCode
-from gpuclus.sandbox.engine import OWNER_LABEL, Engine, SandboxError, parse_json_lines
+from gpuclus.sandbox.engine import LABEL, OS_LABEL, OWNER_LABEL, Engine, SandboxError, parse_json_lines
 from gpuclus.sandbox.layout import network_name
 from gpuclus.sandbox.network import subnets_of
 from gpuclus.sandbox.record import SandboxRecord
@@ -44,6 +44,8 @@ class Resource:
     owner: str | None  # the owner label; None: made by a gpuclus that did not set one
     state: str = ""  # a node's container state
     subnets: tuple[str, ...] = ()  # the network's
+    cluster: str = ""  # the sandbox name it is labelled with
+    os: str = ""  # a node's OS label ("" on nodes made before there was a choice: Debian 12)
 
     @property
     def directory(self) -> str | None:
@@ -76,20 +78,19 @@ class Ownership:
             # with a spec path there removes it from anywhere.
             return SandboxError(
                 f"a sandbox named {self.cluster!r} runs from {where}, which no longer exists",
-                f"use --name OTHER, or remove it: `gpuclus sandbox down --name {self.cluster} "
-                f"--spec {Path(where) / 'sandbox.yaml'}`",
+                f"use --name OTHER, or remove it: `gpuclus sandbox down --name {self.cluster}`",
                 exit_code=ExitCode.USAGE,
             )
         if where is not None:
             return SandboxError(
                 f"a sandbox named {self.cluster!r} runs from {where}",
-                f"use --name OTHER, or run `gpuclus sandbox down` in {where}",
+                f"use --name OTHER, or remove it (from any directory): `gpuclus sandbox down --name {self.cluster}`",
                 exit_code=ExitCode.USAGE,
             )
         return SandboxError(
             f"a sandbox named {self.cluster!r} made by an older gpuclus is on this host, "
             "and this directory's .gpuclus/sandbox.json does not name it",
-            "use --name OTHER, or run `gpuclus sandbox down` in the directory whose .gpuclus/sandbox.json names it",
+            f"use --name OTHER, or remove it: `gpuclus sandbox down --name {self.cluster}`",
             exit_code=ExitCode.USAGE,
         )
 
@@ -101,24 +102,46 @@ def _labels(item: dict[str, Any], *path: str) -> dict[str, Any]:
     return labels if isinstance(labels, dict) else {}
 
 
-def census(engine: Engine, cluster: str) -> list[Resource]:
-    """Every node container and volume labelled with the cluster, and its network, with their owner labels."""
+def census(engine: Engine, cluster: str | None) -> list[Resource]:
+    """Every node container and volume labelled with the cluster, and its network, with their owner labels.
+
+    ``cluster`` None: those of every sandbox on this engine.
+    """
     found: list[Resource] = []
     names = engine.run(engine.list_containers(cluster), what="listing nodes").stdout.split()
     if names:
         for item in engine.json_lines(engine.inspect(names), what="inspecting nodes"):
             labels = _labels(item, "Config")
             status = str((item.get("State") or {}).get("Status", "unknown"))
-            found.append(Resource("node", str(item.get("Name", "")).lstrip("/"), labels.get(OWNER_LABEL), status))
-    network = engine.run(engine.network_inspect([network_name(cluster)]), what="inspecting the network", check=False)
-    if network.returncode == 0:
-        for item in parse_json_lines(network.stdout):
-            owner = _labels(item).get(OWNER_LABEL)
-            found.append(Resource("network", network_name(cluster), owner, subnets=tuple(subnets_of(item))))
+            name = str(item.get("Name", "")).lstrip("/")
+            owner, node_os = labels.get(OWNER_LABEL), labels.get(OS_LABEL, "")
+            found.append(Resource("node", name, owner, status, cluster=labels.get(LABEL, ""), os=node_os))
+    if cluster is None:
+        networks = engine.run(engine.network_list(labelled=True), what="listing networks").stdout.split()
+    else:
+        networks = [network_name(cluster)]
+    inspected = (
+        engine.run(engine.network_inspect(networks), what="inspecting networks", check=False) if networks else None
+    )
+    if inspected is not None and inspected.returncode == 0:
+        for item in parse_json_lines(inspected.stdout):
+            labels = _labels(item)
+            named = str(item.get("Name") or item.get("name") or "")
+            found.append(
+                Resource(
+                    "network",
+                    network_name(cluster) if cluster is not None else named,
+                    labels.get(OWNER_LABEL),
+                    subnets=tuple(subnets_of(item)),
+                    cluster=labels.get(LABEL, cluster or ""),
+                )
+            )
     volumes = engine.run(engine.volume_list(cluster), what="listing volumes").stdout.split()
     if volumes:
         for item in engine.json_lines(engine.volume_inspect(volumes), what="inspecting volumes"):
-            found.append(Resource("volume", str(item.get("Name", "")), _labels(item).get(OWNER_LABEL)))
+            labels = _labels(item)
+            name = str(item.get("Name", ""))
+            found.append(Resource("volume", name, labels.get(OWNER_LABEL), cluster=labels.get(LABEL, cluster or "")))
     return found
 
 
