@@ -19,17 +19,30 @@ import pytest
 import yaml
 from ansible.template import Templar, trust_as_template
 from role_templates import ROLES, first_found_vars_file, role_templar
-from test_nvidia_driver_choices import OSES, value
+from test_nvidia_driver_choices import OSES as DRIVER_OSES
+from test_nvidia_driver_choices import value
 
 ROLE = "enroot"
 RELEASES = "https://github.com/NVIDIA/enroot/releases/download"
+# The driver roles' OSes, and Debian 13 (enroot runs there; the driver roles do not know it).
+OSES = {
+    **DRIVER_OSES,
+    "debian13": {
+        "distribution": "Debian",
+        "distribution_major_version": "13",
+        "distribution_version": "13.2",
+        "os_family": "Debian",
+        "kernel": "6.12.57+deb13-amd64",
+    },
+}
 VARS_FILES = {
     "ubuntu22": "Ubuntu-22.yml",
     "ubuntu24": "Ubuntu-24.yml",
-    "debian12": "Debian-12.yml",
+    "debian12": "Debian.yml",
+    "debian13": "Debian.yml",
     "rocky9": "RedHat-9.yml",
 }
-APT_OSES = ["ubuntu22", "ubuntu24", "debian12"]
+APT_OSES = ["ubuntu22", "ubuntu24", "debian12", "debian13"]
 SHA = "0123456789abcdef" * 4
 INVENTORY = {"gpuclus_apt_cache_valid_time": 3600, "gpuclus_package_lock_timeout": 60}
 

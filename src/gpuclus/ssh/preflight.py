@@ -48,7 +48,15 @@ if TYPE_CHECKING:
 
 SSH_PORT = 22  # every node's SSH port for --password (tests point it at a local server)
 MAX_CLOCK_SKEW = 5.0  # seconds; munge rejects credentials beyond its TTL window
-SUPPORTED = {("debian", "12"): True, ("ubuntu", "22.04"): False, ("ubuntu", "24.04"): False, ("rocky", "9"): False}
+# The OSes gpuclus deploys to: True where the sandbox's integration suite runs on it (README, "Operating systems").
+SUPPORTED = {
+    ("debian", "12"): True,
+    ("debian", "13"): True,
+    ("ubuntu", "22.04"): False,
+    ("ubuntu", "24.04"): False,
+    ("rocky", "9"): False,
+}
+SUPPORTED_HINT = "use Debian 12 or 13, Ubuntu 22.04/24.04 or Rocky 9"
 
 # Everything in one round trip. Sections are separated by marker lines. The
 # clock is read last: skew_checks() takes it as read when the answer arrived,
@@ -176,7 +184,7 @@ def judge(
     else:
         checks.append(
             PreflightCheck(
-                "os", "fail", f"{os_id} {version} is not supported", "use Debian 12, Ubuntu 22.04/24.04 or Rocky 9"
+                "os", "fail", f"{os_id} {version} is not supported", SUPPORTED_HINT
             )
         )
     python = first("python")

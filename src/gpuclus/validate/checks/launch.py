@@ -157,8 +157,12 @@ def _partition_groups(ctx: Context) -> list[list[Node]]:
 # merged in (on stderr, as log lines); every File= it names must be a
 # character device on the node. When one is missing it waits ~20 s for it and
 # then says "fatal: can't stat gres.conf file /dev/nvidiaN" instead.
+# Slurm 24.11's `slurmd -G`, run as a job's user, now and then dies of SIGPIPE
+# (exit 141) before it prints the GRES lines (seen on Debian 13, about one run
+# in ten): asked up to three times before the node is said to list none.
 _GRES_PROBE = (
-    "PATH=$PATH:/usr/sbin slurmd -G 2>&1 | grep -E \"Gres Name=gpu|can't stat gres.conf\"; echo '--devices--'; "
+    "for try in 1 2 3; do gres=$(PATH=$PATH:/usr/sbin slurmd -G 2>&1 | grep -E \"Gres Name=gpu|can't stat gres.conf\"); "
+    '[ -n "$gres" ] && break; done; printf \'%s\\n\' "$gres"; echo \'--devices--\'; '
     'for f in /dev/nvidia[0-9]*; do [ -c "$f" ] && echo "$f"; done; true'
 )
 _FILE_FIELD = re.compile(r"\bFile=(\S+)")
