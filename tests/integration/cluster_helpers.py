@@ -12,11 +12,16 @@ from typing import Any
 import pytest
 
 from gpuclus.sandbox.image import ADMIN_USER
+from gpuclus.sandbox.oses import DEFAULT_OS, OSES
 from gpuclus.ssh.client import CommandResult, SshTarget, connect, run
 from gpuclus.state import StateDir
 
 # Another name lets a second test run share the machine with one in progress.
 CLUSTER = os.environ.get("GPUCLUS_TEST_CLUSTER", "itcl")
+# The sandbox nodes' OS (`sandbox up --os`): .ci/run runs the suite on Debian 12, then a part of it on Debian 13.
+NODE_OS = os.environ.get("GPUCLUS_TEST_OS", DEFAULT_OS)
+if NODE_OS not in OSES:
+    raise ValueError(f"GPUCLUS_TEST_OS={NODE_OS!r}: use one of {', '.join(OSES)}")
 HEAD, GPU1, GPU2 = f"{CLUSTER}-head", f"{CLUSTER}-gpu01", f"{CLUSTER}-gpu02"
 GPUCLUS = [sys.executable, "-m", "gpuclus"]
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -44,14 +49,16 @@ def _wheelhouse() -> Path | None:
     (scripts/wheelhouse.sh fills it; scripts/test.sh runs that), if it holds the torch wheel."""
     configured = os.environ.get("GPUCLUS_WHEELHOUSE")
     candidate = Path(configured) if configured else REPO_ROOT / ".cache" / "wheelhouse"
-    return candidate.resolve() if any(candidate.glob("torch-2.13.0[+-]*.whl")) else None
+    # The wheel must suit the nodes' python3 (cp311 on Debian 12; this project has no CPU torch for 3.13).
+    tag = "cp" + OSES[NODE_OS].python.replace(".", "")
+    return candidate.resolve() if any(candidate.glob(f"torch-2.13.0[+-]*-{tag}-*.whl")) else None
 
 
-# None: no wheelhouse; the sandbox's spec then has the pytorch phase off, and
-# the tests that need it skip with a reason (fail under CI, which builds one).
+# None: no wheelhouse (or none for the nodes' Python); the sandbox's spec then has the
+# pytorch phase off, and the tests that need it skip with a reason (fail under CI on Debian 12).
 WHEELHOUSE = _wheelhouse()
 SANDBOX_UP = (
-    ("sandbox", "up", "--name", CLUSTER, "--nodes", "3", "--gpus-per-node", "2")
+    ("sandbox", "up", "--name", CLUSTER, "--nodes", "3", "--gpus-per-node", "2", "--os", NODE_OS)
     + (("--artifacts", str(ARTIFACTS_DIR)) if ARTIFACTS_DIR is not None else ())
     + (("--wheelhouse", str(WHEELHOUSE)) if WHEELHOUSE is not None else ())
 )
