@@ -161,7 +161,8 @@ def _partition_groups(ctx: Context) -> list[list[Node]]:
 # (exit 141) before it prints the GRES lines (seen on Debian 13, about one run
 # in ten): asked up to three times before the node is said to list none.
 _GRES_PROBE = (
-    "for try in 1 2 3; do gres=$(PATH=$PATH:/usr/sbin slurmd -G 2>&1 | grep -E \"Gres Name=gpu|can't stat gres.conf\"); "
+    "for try in 1 2 3; do "
+    "gres=$(PATH=$PATH:/usr/sbin slurmd -G 2>&1 | grep -E \"Gres Name=gpu|can't stat gres.conf\"); "
     '[ -n "$gres" ] && break; done; printf \'%s\\n\' "$gres"; echo \'--devices--\'; '
     'for f in /dev/nvidia[0-9]*; do [ -c "$f" ] && echo "$f"; done; true'
 )
