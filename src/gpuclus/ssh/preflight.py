@@ -182,11 +182,7 @@ def judge(
     elif tested is False:
         checks.append(PreflightCheck("os", "warn", f"{os_id} {version}: supported, not tested in CI"))
     else:
-        checks.append(
-            PreflightCheck(
-                "os", "fail", f"{os_id} {version} is not supported", SUPPORTED_HINT
-            )
-        )
+        checks.append(PreflightCheck("os", "fail", f"{os_id} {version} is not supported", SUPPORTED_HINT))
     python = first("python")
     if python and python != "none":
         checks.append(PreflightCheck("python", "ok", python))

@@ -162,8 +162,8 @@ def _partition_groups(ctx: Context) -> list[list[Node]]:
 # in ten): asked up to three times before the node is said to list none.
 _GRES_PROBE = (
     "for try in 1 2 3; do "
-    "gres=$(PATH=$PATH:/usr/sbin slurmd -G 2>&1 | grep -E \"Gres Name=gpu|can't stat gres.conf\"); "
-    '[ -n "$gres" ] && break; done; printf \'%s\\n\' "$gres"; echo \'--devices--\'; '
+    'gres=$(PATH=$PATH:/usr/sbin slurmd -G 2>&1 | grep -E "Gres Name=gpu|can\'t stat gres.conf"); '
+    "[ -n \"$gres\" ] && break; done; printf '%s\\n' \"$gres\"; echo '--devices--'; "
     'for f in /dev/nvidia[0-9]*; do [ -c "$f" ] && echo "$f"; done; true'
 )
 _FILE_FIELD = re.compile(r"\bFile=(\S+)")
