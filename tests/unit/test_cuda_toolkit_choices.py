@@ -32,12 +32,21 @@ VARS_FILES = {
     "ubuntu22": "Ubuntu-22.yml",
     "ubuntu24": "Ubuntu-24.yml",
     "debian12": "Debian-12.yml",
+    "debian13": "Debian-13.yml",
     "rocky9": "RedHat-9.yml",
 }
-REPO_NAMES = {"ubuntu22": "ubuntu2204", "ubuntu24": "ubuntu2404", "debian12": "debian12", "rocky9": "rhel9"}
-# What each distribution ships as its own toolkit (packages.debian.org, packages.ubuntu.com).
-DISTRO_VERSIONS = {"debian12": "11.8", "ubuntu22": "11.5", "ubuntu24": "12.0"}
-APT_OSES = ["ubuntu22", "ubuntu24", "debian12"]
+# NVIDIA's repository names (debian13: unverified, see vars/Debian-13.yml).
+REPO_NAMES = {
+    "ubuntu22": "ubuntu2204",
+    "ubuntu24": "ubuntu2404",
+    "debian12": "debian12",
+    "debian13": "debian13",
+    "rocky9": "rhel9",
+}
+# What each distribution ships as its own toolkit (packages.debian.org, packages.ubuntu.com; trixie: the
+# mirror's package index, nvidia-cuda-toolkit 12.4.131~12.4.1-2).
+DISTRO_VERSIONS = {"debian12": "11.8", "debian13": "12.4", "ubuntu22": "11.5", "ubuntu24": "12.0"}
+APT_OSES = ["ubuntu22", "ubuntu24", "debian12", "debian13"]
 
 
 def templar(os_name: str, **inputs: Any) -> Templar:
@@ -55,6 +64,7 @@ def probe(
 
 
 def test_vars_files_are_the_ones_first_found_picks() -> None:
+    assert set(VARS_FILES) == set(OSES)
     for os_name, expected in VARS_FILES.items():
         assert first_found_vars_file(ROLE, templar(os_name)) == expected, os_name
 
@@ -227,7 +237,10 @@ def test_defaults_pass_preflight(os_name: str) -> None:
     assert refusals(os_name) == []
 
 
-@pytest.mark.parametrize(("os_name", "version"), [("debian12", "12.4"), ("ubuntu22", "11.8"), ("ubuntu24", "12.4")])
+@pytest.mark.parametrize(
+    ("os_name", "version"),
+    [("debian12", "12.4"), ("debian13", "11.8"), ("debian13", "12.6"), ("ubuntu22", "11.8"), ("ubuntu24", "12.4")],
+)
 def test_distro_toolkit_of_another_version_is_refused(os_name: str, version: str) -> None:
     messages = refusals(os_name, cuda_toolkit_source="distro", cuda_toolkit_version=version)
     facts = OSES[os_name]
@@ -236,6 +249,18 @@ def test_distro_toolkit_of_another_version_is_refused(os_name: str, version: str
         f"is {DISTRO_VERSIONS[os_name]}, not {version}: set cuda_toolkit_version to {DISTRO_VERSIONS[os_name]}, "
         "or cuda_toolkit_source to cuda_repo or auto (NVIDIA's repository)."
     ]
+
+
+def test_debian13_distro_toolkit_is_the_default_version() -> None:
+    # trixie's nvidia-cuda-toolkit is 12.4, the role's default: distro needs no version on Debian 13 only.
+    t = templar("debian13", cuda_toolkit_source="distro")
+    assert value(t, "__cuda_toolkit_version") == "12.4"
+    assert value(t, "__cuda_toolkit_package_list") == ["nvidia-cuda-toolkit"]
+    assert value(t, "__cuda_toolkit_home") == "/usr"
+    assert refusals("debian13", cuda_toolkit_source="distro") == []
+    # auto is still NVIDIA's repository there.
+    assert value(templar("debian13"), "__cuda_toolkit_package_list") == ["cuda-keyring", "cuda-toolkit-12-4"]
+    assert refusals("debian12", cuda_toolkit_source="distro") != []
 
 
 def test_rocky_has_no_distro_toolkit() -> None:
@@ -263,13 +288,15 @@ def test_bad_inputs_are_refused(name: str, bad: str) -> None:
 # The distro toolkit and the driver's libraries --------------------------------------------
 
 
-def test_distro_toolkit_without_the_drivers_libraries_is_refused() -> None:
+@pytest.mark.parametrize("os_name", ["debian12", "debian13"])
+def test_distro_toolkit_without_the_drivers_libraries_is_refused(os_name: str) -> None:
     # Measured on bookworm: `apt-get -s install nvidia-cuda-toolkit` on a node without the driver
-    # would install libcuda1, libnvidia-ml1, nvidia-alternative and nvidia-support with it.
+    # would install libcuda1, libnvidia-ml1, nvidia-alternative and nvidia-support with it (trixie:
+    # assumed the same, unverified).
     messages = refusals(
-        "debian12",
+        os_name,
         cuda_toolkit_source="distro",
-        cuda_toolkit_version="11.8",
+        cuda_toolkit_version=DISTRO_VERSIONS[os_name],
         __cuda_toolkit_probe=probe(["nvidia-cuda-toolkit"], library_rc=1),
     )
     assert len(messages) == 1

@@ -19,22 +19,10 @@ import pytest
 import yaml
 from ansible.template import Templar, trust_as_template
 from role_templates import ROLES, first_found_vars_file, role_templar
-from test_nvidia_driver_choices import OSES as DRIVER_OSES
-from test_nvidia_driver_choices import value
+from test_nvidia_driver_choices import OSES, value
 
 ROLE = "enroot"
 RELEASES = "https://github.com/NVIDIA/enroot/releases/download"
-# The driver roles' OSes, and Debian 13 (enroot runs there; the driver roles do not know it).
-OSES = {
-    **DRIVER_OSES,
-    "debian13": {
-        "distribution": "Debian",
-        "distribution_major_version": "13",
-        "distribution_version": "13.2",
-        "os_family": "Debian",
-        "kernel": "6.12.57+deb13-amd64",
-    },
-}
 VARS_FILES = {
     "ubuntu22": "Ubuntu-22.yml",
     "ubuntu24": "Ubuntu-24.yml",

@@ -6,8 +6,8 @@ vars/main.yml. Here they are rendered with Ansible's Templar for each OS the
 role supports (facts as Ansible reports them) and each GPU the issue names, and
 the preflight asserts are evaluated for the combinations no OS or GPU allows.
 No node is involved: what this proves is the choice, not that the packages
-install (Debian 12 is installed for real by the molecule scenario; the others
-only on paper).
+install (Debian 12 is installed for real by the molecule scenario; the others,
+Debian 13 included, only on paper).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from ansible.template import Templar, trust_as_template
-from role_templates import ROLES, first_refusal, role_templar
+from role_templates import ROLES, first_found_vars_file, first_refusal, role_templar
 
 ROLE = "nvidia_driver"
 
@@ -45,6 +45,13 @@ OSES: dict[str, dict[str, str]] = {
         "os_family": "Debian",
         "kernel": "6.1.0-31-amd64",
     },
+    "debian13": {
+        "distribution": "Debian",
+        "distribution_major_version": "13",
+        "distribution_version": "13.2",
+        "os_family": "Debian",
+        "kernel": "6.12.57+deb13-amd64",
+    },
     "rocky9": {
         "distribution": "Rocky",
         "distribution_major_version": "9",
@@ -53,6 +60,17 @@ OSES: dict[str, dict[str, str]] = {
         "kernel": "5.14.0-503.14.1.el9_5.x86_64",
     },
 }
+
+# The file tasks/main.yml's first_found loads on each OS (checked against the task below).
+VARS_FILES = {
+    "ubuntu22": "Ubuntu-22.yml",
+    "ubuntu24": "Ubuntu-24.yml",
+    "debian12": "Debian-12.yml",
+    "debian13": "Debian-13.yml",
+    "rocky9": "RedHat-9.yml",
+}
+# Each Debian release's own driver: its only branch, its suites (packages.debian.org / the mirror's index).
+DEBIAN_DRIVER = {"debian12": ("535", "bookworm"), "debian13": ("550", "trixie")}
 
 # GPU model -> (generation preflight reports, a branch that drives it).
 # B200 needs 570 or newer (Blackwell); the others take the default 550.
@@ -112,8 +130,21 @@ def expected(os_name: str, gpu: str) -> dict[str, Any]:
             "hold": ["apt-mark", "hold"],
             "headers": headers,
         }
-    if os_name == "debian12":
-        # 550 and 570 are not Debian's 535: auto takes NVIDIA's repository.
+    if os_name == "debian13" and branch == "550":
+        # trixie's own driver is 550: auto takes it (non-free, contrib, non-free-firmware).
+        headers = [f"linux-headers-{kernel}"]
+        dkms = "nvidia-open-kernel-dkms" if modules == "open" else "nvidia-kernel-dkms"
+        packages = [*headers, "nvidia-driver", dkms, "firmware-nvidia-gsp", "nvidia-smi", "nvidia-persistenced"]
+        return {
+            "source": "distro",
+            "modules": modules,
+            "packages": packages,
+            "install": packages,
+            "hold": ["apt-mark", "hold"],
+            "headers": headers,
+        }
+    if os_name.startswith("debian"):
+        # 550 and 570 are not Debian 12's 535, nor 570 Debian 13's 550: auto takes NVIDIA's repository.
         headers = [f"linux-headers-{kernel}"]
         if modules == "proprietary":
             drivers = [f"cuda-drivers-{branch}"]
@@ -151,6 +182,13 @@ def expected(os_name: str, gpu: str) -> dict[str, Any]:
     }
 
 
+def test_vars_files_are_the_ones_first_found_picks() -> None:
+    assert set(VARS_FILES) == set(OSES)
+    for os_name, expected_file in VARS_FILES.items():
+        assert vars_file(OSES[os_name]) == expected_file, os_name
+        assert first_found_vars_file(ROLE, templar(os_name)) == expected_file, os_name
+
+
 @pytest.mark.parametrize("gpu", list(GPUS))
 @pytest.mark.parametrize("os_name", list(OSES))
 def test_choice_per_os_and_gpu(os_name: str, gpu: str) -> None:
@@ -177,6 +215,50 @@ def test_debian12_branch_535_takes_debians_own_driver() -> None:
     ]
     proprietary = templar("debian12", nvidia_driver_gpu_generation="volta", nvidia_driver_branch=535)
     assert value(proprietary, "__nvidia_driver_install_names")[1:3] == ["nvidia-driver", "nvidia-kernel-dkms"]
+
+
+def test_debian13_branch_550_takes_debians_own_driver() -> None:
+    t = templar("debian13", nvidia_driver_gpu_generation="hopper", nvidia_driver_branch="550")
+    assert value(t, "__nvidia_driver_source") == "distro"
+    assert value(t, "__nvidia_driver_package_list") == [
+        "linux-headers-6.12.57+deb13-amd64",
+        "nvidia-driver",
+        "nvidia-open-kernel-dkms",
+        "firmware-nvidia-gsp",
+        "nvidia-smi",
+        "nvidia-persistenced",
+    ]
+    proprietary = templar("debian13", nvidia_driver_gpu_generation="volta", nvidia_driver_branch=550)
+    assert value(proprietary, "__nvidia_driver_install_names")[1:3] == ["nvidia-driver", "nvidia-kernel-dkms"]
+    # The default branch is trixie's: a plain run on Debian 13 takes Debian's driver, no NVIDIA repository.
+    assert value(templar("debian13"), "__nvidia_driver_source") == "distro"
+    assert value(templar("debian13"), "__nvidia_driver_version_package") == "nvidia-driver"
+
+
+def test_debian13_branch_535_takes_nvidias_repository() -> None:
+    # trixie's nvidia-tesla-535-driver is not offered: 535 comes from NVIDIA's debian13 repository.
+    t = templar("debian13", nvidia_driver_gpu_generation="ampere", nvidia_driver_branch="535")
+    assert value(t, "__nvidia_driver_source") == "cuda_repo"
+    assert value(t, "__nvidia_driver_package_list") == [
+        "cuda-keyring",
+        "linux-headers-6.12.57+deb13-amd64",
+        "nvidia-kernel-open-dkms",
+        "cuda-drivers-535",
+        "nvidia-persistenced",
+    ]
+    assert value(t, "__nvidia_driver_cuda_repo.url") == (
+        "https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/"
+    )
+
+
+@pytest.mark.parametrize(("os_name", "repo"), [("debian12", "debian12"), ("debian13", "debian13")])
+def test_debian_cuda_repository_per_release(os_name: str, repo: str) -> None:
+    t = templar(os_name, nvidia_driver_source="cuda_repo")
+    assert value(t, "__nvidia_driver_cuda_repo.url") == (
+        f"https://developer.download.nvidia.com/compute/cuda/repos/{repo}/x86_64/"
+    )
+    assert value(t, "__nvidia_driver_cuda_repo.keyring_file") == "cuda-keyring_1.1-1_all.deb"
+    assert value(t, "__nvidia_driver_cuda_repo.max_branch") == 580
 
 
 def test_ubuntu_can_take_nvidias_repository() -> None:
@@ -213,6 +295,7 @@ def test_no_headers_where_no_module_can_load(os_name: str) -> None:
     ("os_name", "command"),
     [
         ("debian12", ["update-initramfs", "-u", "-k", "all"]),
+        ("debian13", ["update-initramfs", "-u", "-k", "all"]),
         ("ubuntu22", ["update-initramfs", "-u", "-k", "all"]),
         ("rocky9", ["dracut", "-f", "--regenerate-all"]),
     ],
@@ -234,6 +317,10 @@ def test_fabric_manager_and_dcgm_names() -> None:
     assert value(templar("rocky9"), "__nvidia_driver_fabricmanager_package") == "nvidia-fabric-manager"
     # Debian packages none: an NVSwitch node on Debian's own driver needs cuda_repo.
     assert value(templar("debian12", nvidia_driver_branch="535"), "__nvidia_driver_fabricmanager_package") is None
+    assert value(templar("debian13", nvidia_driver_branch="550"), "__nvidia_driver_fabricmanager_package") is None
+    assert value(templar("debian13", nvidia_driver_source="cuda_repo"), "__nvidia_driver_fabricmanager_package") == (
+        "nvidia-fabricmanager-550"
+    )
     assert value(templar("rocky9"), "__nvidia_driver_version_separator") == "-"
     # DCGM 4: one package per CUDA major version the branch supports.
     assert value(templar("debian12"), "__nvidia_driver_dcgm_package") == "datacenter-gpu-manager-4-cuda12"
@@ -278,15 +365,18 @@ def test_installed_fabric_manager_and_dcgm_are_not_installed_again() -> None:
     assert "datacenter-gpu-manager-4-cuda12" not in value(t, "__nvidia_driver_installed_names")
 
 
-def test_dcgm_with_the_distribution_driver_adds_nvidia_repository() -> None:
-    t = templar("debian12", nvidia_driver_branch="535", nvidia_driver_dcgm=True, __nvidia_driver_probe=fabric_probe(""))
+@pytest.mark.parametrize("os_name", list(DEBIAN_DRIVER))
+def test_dcgm_with_the_distribution_driver_adds_nvidia_repository(os_name: str) -> None:
+    branch, _ = DEBIAN_DRIVER[os_name]
+    t = templar(os_name, nvidia_driver_branch=branch, nvidia_driver_dcgm=True, __nvidia_driver_probe=fabric_probe(""))
     assert value(t, "__nvidia_driver_source") == "distro"
     assert value(t, "__nvidia_driver_dcgm_needs_keyring") is True
     assert value(t, "__nvidia_driver_dcgm_missing") is True
+    assert value(t, "__nvidia_driver_dcgm_package") == "datacenter-gpu-manager-4-cuda12"
     assert (
         value(
             templar(
-                "debian12",
+                os_name,
                 nvidia_driver_source="cuda_repo",
                 nvidia_driver_dcgm=True,
                 __nvidia_driver_probe=fabric_probe(""),
@@ -396,12 +486,16 @@ def refusals(os_name: str, after_probe: bool = False, **inputs: Any) -> list[str
     return first_refusal(templar(os_name, **inputs), preflight_asserts(after_probe))
 
 
-def test_debian12_distro_source_is_535_only() -> None:
-    messages = refusals("debian12", nvidia_driver_branch="550", nvidia_driver_source="distro")
+@pytest.mark.parametrize(("os_name", "other"), [("debian12", "550"), ("debian13", "535"), ("debian13", "570")])
+def test_debian_distro_source_is_the_releases_branch_only(os_name: str, other: str) -> None:
+    branch, _ = DEBIAN_DRIVER[os_name]
+    major = OSES[os_name]["distribution_major_version"]
+    messages = refusals(os_name, nvidia_driver_branch=other, nvidia_driver_source="distro")
     assert messages == [
-        "Debian 12's own NVIDIA driver is branch 535 only, not 550: set nvidia_driver_branch to 535, "
-        "or nvidia_driver_source to cuda_repo (NVIDIA's repository)."
+        f"Debian {major}'s own NVIDIA driver is branch {branch} only, not {other}: set nvidia_driver_branch to "
+        f"{branch}, or nvidia_driver_source to cuda_repo (NVIDIA's repository)."
     ]
+    assert refusals(os_name, nvidia_driver_branch=branch, nvidia_driver_source="distro") == []
 
 
 def test_proprietary_modules_on_blackwell_are_refused() -> None:
@@ -464,10 +558,17 @@ def rendered(template: str, os_name: str, **inputs: Any) -> str:
     return str(templar(os_name, **inputs).template(trust_as_template(source)))
 
 
-def test_debian_sources_add_the_nonfree_components() -> None:
-    text = rendered("etc/apt/sources.list.d/gpuclus-nvidia-driver.sources.j2", "debian12", nvidia_driver_branch="535")
-    assert "Suites: bookworm bookworm-updates\nComponents: contrib non-free non-free-firmware\n" in text
-    assert "Suites: bookworm-security\n" in text
+@pytest.mark.parametrize("os_name", list(DEBIAN_DRIVER))
+def test_debian_sources_add_the_nonfree_components(os_name: str) -> None:
+    branch, suite = DEBIAN_DRIVER[os_name]
+    t = templar(os_name, nvidia_driver_branch=branch)
+    # What makes the role write (and probe) the sources file: Debian's own driver, components to add.
+    assert value(t, "__nvidia_driver_source") == "distro"
+    assert value(t, "__nvidia_driver_distro.components") == ["contrib", "non-free", "non-free-firmware"]
+    text = rendered("etc/apt/sources.list.d/gpuclus-nvidia-driver.sources.j2", os_name, nvidia_driver_branch=branch)
+    assert f"Suites: {suite} {suite}-updates\nComponents: contrib non-free non-free-firmware\n" in text
+    assert f"Suites: {suite}-security\nComponents: contrib non-free non-free-firmware\n" in text
+    assert text.count("Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n") == 2
 
 
 def test_unattended_upgrades_blacklist() -> None:
@@ -476,11 +577,13 @@ def test_unattended_upgrades_blacklist() -> None:
     assert '    "linux-modules-nvidia-";\n' in text
 
 
-def test_fabric_manager_on_debian_distro_driver_is_refused() -> None:
-    asked = refusals("debian12", nvidia_driver_branch="535", nvidia_driver_fabric_manager=True)
+@pytest.mark.parametrize("os_name", list(DEBIAN_DRIVER))
+def test_fabric_manager_on_debian_distro_driver_is_refused(os_name: str) -> None:
+    branch, _ = DEBIAN_DRIVER[os_name]
+    asked = refusals(os_name, nvidia_driver_branch=branch, nvidia_driver_fabric_manager=True)
     assert asked and "has no fabric manager: set nvidia_driver_source to cuda_repo" in asked[0]
     found = refusals(
-        "debian12", after_probe=True, nvidia_driver_branch="535", __nvidia_driver_probe=fabric_probe("0000:05:00.0\n")
+        os_name, after_probe=True, nvidia_driver_branch=branch, __nvidia_driver_probe=fabric_probe("0000:05:00.0\n")
     )
     assert found == [
         "gpu01 has 1 NVSwitch(es), which need nvidia-fabricmanager at the driver's exact version, and Debian's own "
@@ -488,5 +591,5 @@ def test_fabric_manager_on_debian_distro_driver_is_refused() -> None:
         "nvidia.fabric_manager: false."
     ]
     assert (
-        refusals("debian12", after_probe=True, nvidia_driver_branch="535", __nvidia_driver_probe=fabric_probe("")) == []
+        refusals(os_name, after_probe=True, nvidia_driver_branch=branch, __nvidia_driver_probe=fabric_probe("")) == []
     )

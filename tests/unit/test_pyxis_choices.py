@@ -20,7 +20,13 @@ from role_templates import ROLES, first_found_vars_file, first_refusal, role_tem
 from test_nvidia_driver_choices import OSES, value
 
 ROLE = "pyxis"
-VARS_FILES = {"ubuntu22": "Debian.yml", "ubuntu24": "Debian.yml", "debian12": "Debian.yml", "rocky9": "RedHat.yml"}
+VARS_FILES = {
+    "ubuntu22": "Debian.yml",
+    "ubuntu24": "Debian.yml",
+    "debian12": "Debian.yml",
+    "debian13": "Debian.yml",
+    "rocky9": "RedHat.yml",
+}
 SHA = "3dde120848c20b691535951e1706e0375d0fe7151a609e366da5b0d8ed6a6483"
 DEBIAN_SLURM = "22.05.8-4+deb12u3"
 ROCKY_SLURM = "22.05.9-1.el9"
