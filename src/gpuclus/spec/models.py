@@ -355,7 +355,8 @@ class NvidiaDriver(_Model):
     source: Literal["auto", "cuda_repo", "distro"] = Field(
         default="auto",
         description="Where the driver comes from: distro (the OS's own packages), cuda_repo (NVIDIA's CUDA "
-        "repository), or auto: distro on Ubuntu and on Debian 12 for branch 535, NVIDIA's repository otherwise.",
+        "repository), or auto: distro on Ubuntu, on Debian 12 for branch 535 and on Debian 13 for branch 550, "
+        "NVIDIA's repository otherwise.",
     )
     kernel_modules: Literal["auto", "open", "proprietary"] = Field(
         default="auto",
