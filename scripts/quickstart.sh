@@ -13,6 +13,8 @@
 # sandbox's test image through Pyxis. Without them the containers phase is off.
 # Needs root on Debian/Ubuntu: the nodes are privileged containers; podman,
 # runc and debootstrap are installed with apt when missing.
+# GPUCLUS_SANDBOX_OS=debian13 runs the same on Debian 13 nodes (Slurm 24.11);
+# the default is Debian 12 (`gpuclus sandbox up --os`).
 set -euo pipefail
 # A relative GPUCLUS_ARTIFACTS_DIR means from where the script was started.
 artifacts="${GPUCLUS_ARTIFACTS_DIR:-}"

@@ -42,9 +42,21 @@ if compgen -G "roles/*/tasks/main.yml" >/dev/null; then
 fi
 step "pytest"
 pytest --durations=25
+# The cluster suite's core again on Debian 13 nodes (Slurm 24.11, nfs-ganesha 6,
+# Enroot + Pyxis rebuilt against 24.11): deploy, a re-deploy that changes
+# nothing, jobs, NFS, Prometheus, container jobs, validate healthy and after
+# injected faults, failover, the health check and drift. The day-two and
+# fault-in-deploy tests stay on Debian 12 (the same code; see README, OS table).
+step "pytest: the cluster suite on Debian 13 nodes"
+GPUCLUS_TEST_OS=debian13 GPUCLUS_TEST_CLUSTER=itd13 pytest --durations=10 \
+  tests/integration/test_cluster.py tests/integration/test_cluster_containers.py \
+  tests/integration/test_cluster_config_drift.py tests/integration/test_cluster_health.py \
+  tests/integration/test_cluster_monitoring.py tests/integration/test_cluster_failover.py \
+  tests/integration/test_cluster_validate.py
 # Each role alone on sandbox nodes (munge + slurm, nfs, prometheus; nvidia:
 # Debian's real driver packages on a node where no module can load), then the
-# 3-node cluster with every phase: converge, idempotence, verify each time.
+# 3-node cluster with every phase on Debian 13 nodes: converge, idempotence,
+# verify each time.
 for scenario in slurm nfs prometheus nvidia enroot cluster; do
   step "molecule $scenario (converge, idempotence, verify)"
   molecule test -s "$scenario"

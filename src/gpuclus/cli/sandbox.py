@@ -104,6 +104,8 @@ def up(
         str | None,
         typer.Option(
             "--os",
+            envvar="GPUCLUS_SANDBOX_OS",
+            show_envvar=True,
             help="The nodes' OS: debian12 (Slurm 22.05) or debian13 (Slurm 24.11). Default: debian12, or what "
             "the sandbox that is up here runs.",
             metavar="OS",
