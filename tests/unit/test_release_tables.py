@@ -66,3 +66,19 @@ def test_ganesha_may_start_without_the_io_flusher_only_where_it_must(
 def test_enroot_shares_one_debian_table(release: str) -> None:
     t = role_templar("enroot", "Debian.yml", DEBIAN[release])
     assert first_found_vars_file("enroot", t) == "Debian.yml"
+
+
+@pytest.mark.parametrize(
+    ("release", "table", "pmix", "pinned_libraries"),
+    [
+        ("debian12", "Debian.yml", "libpmix2", "libpmi0 libpmi2-0"),
+        # trixie's 64-bit time_t transition renamed the libraries (as on Ubuntu 24.04).
+        ("debian13", "Debian-13.yml", "libpmix2t64", "libpmi0t64 libpmi2-0t64"),
+    ],
+)
+def test_slurm_common_names_each_release_packages(release: str, table: str, pmix: str, pinned_libraries: str) -> None:
+    base = role_templar("slurm_common", "Debian.yml", DEBIAN[release])
+    assert first_found_vars_file("slurm_common", base) == table
+    t = role_templar("slurm_common", table, DEBIAN[release])
+    assert pmix in t.template(trust_as_template("{{ __slurm_common_packages.common }}"))
+    assert str(t.template(trust_as_template("{{ __slurm_common_pin_globs }}"))).endswith(pinned_libraries)
