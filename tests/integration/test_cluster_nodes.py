@@ -97,9 +97,29 @@ def test_a_node_added_while_a_job_runs_then_removed(cluster: Cluster) -> None:
         for node in (HEAD, GPU1, GPU2):
             assert GPU3 not in cluster.on(node, "cat /etc/hosts /etc/ssh/ssh_known_hosts").stdout, node
         assert GPU3 not in prometheus_nodes(cluster)
-        # gpuclus forgot GPU3's host key: look through the container engine, as an admin at its console would.
+        # gpuclus forgot GPU3's host key: look inside the container, as an admin at its console would.
+        # nsenter into its namespaces rather than `podman exec`: on a cgroup v1 host the nodes' systemd
+        # share the host's name=systemd hierarchy and may prune the container's own cgroup there, which
+        # `podman exec` needs (seen once in a long run with several sandboxes up).
+        pid = subprocess.run(
+            [cluster.engine, "inspect", "--format", "{{.State.Pid}}", GPU3], capture_output=True, text=True, check=True
+        ).stdout.strip()
         enabled = subprocess.run(
-            [cluster.engine, "exec", GPU3, "systemctl", "is-enabled", "slurmd"], capture_output=True, text=True
+            [
+                "nsenter",
+                "--target",
+                pid,
+                "--mount",
+                "--uts",
+                "--ipc",
+                "--net",
+                "--pid",
+                "systemctl",
+                "is-enabled",
+                "slurmd",
+            ],
+            capture_output=True,
+            text=True,
         )
         assert enabled.stdout.strip() == "disabled", enabled
         assert job_state(cluster, job) == "RUNNING", "the job on another node did not survive the removal"
