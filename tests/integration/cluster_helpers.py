@@ -57,8 +57,12 @@ def _wheelhouse() -> Path | None:
 # None: no wheelhouse (or none for the nodes' Python); the sandbox's spec then has the
 # pytorch phase off, and the tests that need it skip with a reason (fail under CI on Debian 12).
 WHEELHOUSE = _wheelhouse()
+# A fixed subnet for a run that starts beside other sandboxes being made (.ci/run's Debian 13 pass runs
+# next to molecule): two `up`s picking the first free /24 at the same moment would pick the same one.
+SUBNET = os.environ.get("GPUCLUS_TEST_SUBNET")
 SANDBOX_UP = (
     ("sandbox", "up", "--name", CLUSTER, "--nodes", "3", "--gpus-per-node", "2", "--os", NODE_OS)
+    + (("--subnet", SUBNET) if SUBNET else ())
     + (("--artifacts", str(ARTIFACTS_DIR)) if ARTIFACTS_DIR is not None else ())
     + (("--wheelhouse", str(WHEELHOUSE)) if WHEELHOUSE is not None else ())
 )
