@@ -202,35 +202,27 @@ def test_every_matrix_case_passes_preflight(os_name: str, gpu: str) -> None:
     assert refusals(os_name, nvidia_driver_gpu_generation=generation, nvidia_driver_branch=branch) == []
 
 
-def test_debian12_branch_535_takes_debians_own_driver() -> None:
-    t = templar("debian12", nvidia_driver_gpu_generation="ampere", nvidia_driver_branch="535")
+@pytest.mark.parametrize(
+    ("os_name", "branch", "headers"),
+    [("debian12", "535", "linux-headers-6.1.0-31-amd64"), ("debian13", "550", "linux-headers-6.12.57+deb13-amd64")],
+)
+def test_each_debian_release_takes_its_own_driver_at_its_branch(os_name: str, branch: str, headers: str) -> None:
+    t = templar(os_name, nvidia_driver_gpu_generation="ampere", nvidia_driver_branch=branch)
     assert value(t, "__nvidia_driver_source") == "distro"
     assert value(t, "__nvidia_driver_package_list") == [
-        "linux-headers-6.1.0-31-amd64",
+        headers,
         "nvidia-driver",
         "nvidia-open-kernel-dkms",
         "firmware-nvidia-gsp",
         "nvidia-smi",
         "nvidia-persistenced",
     ]
-    proprietary = templar("debian12", nvidia_driver_gpu_generation="volta", nvidia_driver_branch=535)
+    proprietary = templar(os_name, nvidia_driver_gpu_generation="volta", nvidia_driver_branch=int(branch))
     assert value(proprietary, "__nvidia_driver_install_names")[1:3] == ["nvidia-driver", "nvidia-kernel-dkms"]
 
 
-def test_debian13_branch_550_takes_debians_own_driver() -> None:
-    t = templar("debian13", nvidia_driver_gpu_generation="hopper", nvidia_driver_branch="550")
-    assert value(t, "__nvidia_driver_source") == "distro"
-    assert value(t, "__nvidia_driver_package_list") == [
-        "linux-headers-6.12.57+deb13-amd64",
-        "nvidia-driver",
-        "nvidia-open-kernel-dkms",
-        "firmware-nvidia-gsp",
-        "nvidia-smi",
-        "nvidia-persistenced",
-    ]
-    proprietary = templar("debian13", nvidia_driver_gpu_generation="volta", nvidia_driver_branch=550)
-    assert value(proprietary, "__nvidia_driver_install_names")[1:3] == ["nvidia-driver", "nvidia-kernel-dkms"]
-    # The default branch is trixie's: a plain run on Debian 13 takes Debian's driver, no NVIDIA repository.
+def test_a_plain_run_on_debian13_takes_debians_driver() -> None:
+    # The default branch is trixie's: no NVIDIA repository needed there.
     assert value(templar("debian13"), "__nvidia_driver_source") == "distro"
     assert value(templar("debian13"), "__nvidia_driver_version_package") == "nvidia-driver"
 
