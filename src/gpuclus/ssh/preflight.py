@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 SSH_PORT = 22  # every node's SSH port for --password (tests point it at a local server)
 MAX_CLOCK_SKEW = 5.0  # seconds; munge rejects credentials beyond its TTL window
-# The OSes gpuclus deploys to: True where the sandbox's integration suite runs on it (README, "Operating systems").
+# The OSes gpuclus deploys to: True where the sandbox's integration suite has run on it (README, "Operating systems").
 SUPPORTED = {
     ("debian", "12"): True,
     ("debian", "13"): True,
