@@ -40,19 +40,39 @@ if compgen -G "roles/*/tasks/main.yml" >/dev/null; then
   step "ansible-lint"
   ansible-lint
 fi
-step "pytest"
-pytest --durations=25
-# Each role alone on Debian 12 sandbox nodes (munge + slurm, nfs, prometheus;
-# nvidia: Debian's real driver packages on a node where no module can load;
-# enroot): converge, idempotence, verify each time. molecule's 3-node `cluster`
-# scenario (Debian 13 nodes) repeats what the integration suite covers and is
-# left to `molecule test -s cluster`. The cluster suite's core on Debian 13
-# nodes is scripts/test-debian13.sh: not run here until the suite's time
-# leaves room under CI's limit (README, Operating systems).
-for scenario in slurm nfs prometheus nvidia enroot; do
-  step "molecule $scenario (converge, idempotence, verify)"
-  molecule test -s "$scenario"
-done
+# The integration tests (sandbox clusters, root) run in the foreground; the
+# unit tests and the molecule scenarios run beside them in the background (the
+# integration suite spends much of its time waiting on Slurm, systemd and apt).
+# Each has a subnet of its own, so two `sandbox up`s never pick the same one.
+#
+# molecule: each role alone on Debian 12 sandbox nodes (munge + slurm, nfs,
+# prometheus; nvidia: Debian's real driver packages on a node where no module
+# can load; enroot): converge, idempotence, verify each time. Its 3-node
+# `cluster` scenario (Debian 13 nodes) repeats what the integration suite covers
+# and is left to `molecule test -s cluster`; the cluster suite's core on Debian
+# 13 nodes is scripts/test-debian13.sh, by hand until CI's time has room.
+side_log=$(mktemp)
+(
+  set -e
+  step "pytest: unit tests"
+  pytest --durations=15 tests/unit
+  for scenario in slurm nfs prometheus nvidia enroot; do
+    step "molecule $scenario (converge, idempotence, verify)"
+    GPUCLUS_MOLECULE_SUBNET=10.213.150.0/24 molecule test -s "$scenario"
+  done
+) >"$side_log" 2>&1 </dev/null &
+side_pid=$!
+step "pytest: integration tests (unit tests and molecule run beside them; their output follows)"
+integration_status=0
+GPUCLUS_TEST_SUBNET=10.213.100.0/24 pytest --durations=25 tests/integration || integration_status=$?
+side_status=0
+wait "$side_pid" || side_status=$?
+cat "$side_log"
+rm -f "$side_log"
+if [ "$integration_status" -ne 0 ] || [ "$side_status" -ne 0 ]; then
+  echo "failed: integration tests exit $integration_status; unit tests and molecule exit $side_status" >&2
+  exit 1
+fi
 step "README quickstart"
 work=$(mktemp -d)
 repo=$PWD
