@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -74,6 +75,14 @@ PHASES = (
     + (["pytorch"] if WHEELHOUSE is not None else [])
     + ["monitoring"]
 )
+
+
+def default_signals() -> None:
+    """A child's preexec_fn for a test that interrupts it: SIGINT and SIGTERM at their defaults. A job that
+    a non-interactive shell starts in the background (.ci/run's side block, `cmd &`) inherits SIGINT as
+    ignored, and Python keeps it ignored: the child would never see the test's Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def gpuclus(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:

@@ -19,7 +19,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_helpers import ARTIFACTS_DIR, GPU1, GPU2, GPUCLUS, HEAD, SANDBOX_UP, WHEELHOUSE, Cluster, gpuclus
+from cluster_helpers import (
+    ARTIFACTS_DIR,
+    GPU1,
+    GPU2,
+    GPUCLUS,
+    HEAD,
+    SANDBOX_UP,
+    WHEELHOUSE,
+    Cluster,
+    default_signals,
+    gpuclus,
+)
 
 pytestmark = [
     pytest.mark.integration,
@@ -170,6 +181,7 @@ def test_ctrl_c_leaves_no_job_queued_or_running(cluster: Cluster) -> None:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=default_signals,
         )
         listing = "squeue --noheader --format='%j %T' --states=PENDING,RUNNING"
         deadline = time.monotonic() + 60

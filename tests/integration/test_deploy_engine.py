@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_helpers import default_signals
 from secret_search import files, leaks, private_key_parts
 
 from gpuclus.sandbox.image import ADMIN_USER
@@ -139,6 +140,7 @@ def test_ctrl_c_stops_the_run_and_the_next_run_is_clean(spec: Path, outputs: lis
         stderr=subprocess.PIPE,
         text=True,
         env=environment(GPUCLUS_TEST_SLEEP="60"),
+        preexec_fn=default_signals,
     )
     try:
         # Wait until Ansible is inside the slow task of the slurm phase.

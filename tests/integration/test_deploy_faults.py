@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_helpers import run_log
+from cluster_helpers import default_signals, run_log
 
 from gpuclus.deploy import processes
 from gpuclus.sandbox.image import ADMIN_USER
@@ -59,13 +59,6 @@ def gpuclus(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[st
         check=False,
         env={**os.environ, "GPUCLUS_TEST_MARKER": MARKER},
     )
-
-
-def _default_signals() -> None:
-    # .ci/run may be started from a non-interactive shell, whose background
-    # jobs inherit SIGINT as ignored (and Python keeps it ignored).
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +130,7 @@ def interrupt_at(
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "GPUCLUS_TEST_MARKER": MARKER},
-        preexec_fn=_default_signals,
+        preexec_fn=default_signals,
     )
     paths: set[str] = set()
     try:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_helpers import default_signals
 
 from gpuclus.sandbox.image import ADMIN_USER
 from gpuclus.spec.load import load_spec
@@ -224,6 +225,7 @@ def test_interrupted_up_is_completed_or_removed_cleanly(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_signals,
     )
     try:
         assert process.stderr is not None
