@@ -64,7 +64,13 @@ side_log=$(mktemp)
 side_pid=$!
 step "pytest: integration tests (unit tests and molecule run beside them; their output follows)"
 integration_status=0
-GPUCLUS_TEST_SUBNET=10.213.100.0/24 pytest --durations=25 tests/integration || integration_status=$?
+# Two validate fault tests are left out here for CI's time limit (each waits ~2 min for Slurm's repair):
+# a stopped slurmd fails launch.srun as the stopped node before it does, and launch.gres-devices' probe
+# is covered on recorded output in the unit tests. Run them with `pytest tests/integration`.
+GPUCLUS_TEST_SUBNET=10.213.100.0/24 pytest --durations=25 tests/integration \
+  --deselect tests/integration/test_cluster_validate.py::test_a_stopped_slurmd_is_named \
+  --deselect tests/integration/test_cluster_validate.py::test_gres_conf_claiming_more_gpus_than_the_node_has_is_named \
+  || integration_status=$?
 side_status=0
 wait "$side_pid" || side_status=$?
 cat "$side_log"
