@@ -118,23 +118,16 @@ def expected(os_name: str, gpu: str) -> dict[str, Any]:
     generation, branch = GPUS[gpu]
     kernel = OSES[os_name]["kernel"]
     modules = "proprietary" if generation == "volta" else "open"
-    if os_name.startswith("ubuntu"):
-        headers = [f"linux-headers-{kernel}"]
-        driver = f"nvidia-driver-{branch}-server" + ("-open" if modules == "open" else "")
-        packages = [*headers, driver, f"nvidia-compute-utils-{branch}-server"]
-        return {
-            "source": "distro",
-            "modules": modules,
-            "packages": packages,
-            "install": packages,
-            "hold": ["apt-mark", "hold"],
-            "headers": headers,
-        }
-    if os_name == "debian13" and branch == "550":
-        # trixie's own driver is 550: auto takes it (non-free, contrib, non-free-firmware).
-        headers = [f"linux-headers-{kernel}"]
-        dkms = "nvidia-open-kernel-dkms" if modules == "open" else "nvidia-kernel-dkms"
-        packages = [*headers, "nvidia-driver", dkms, "firmware-nvidia-gsp", "nvidia-smi", "nvidia-persistenced"]
+    headers = [f"linux-headers-{kernel}"]
+    if os_name.startswith("ubuntu") or (os_name == "debian13" and branch == "550"):
+        # The distribution's own driver: Ubuntu's -server packages, or trixie's 550 (non-free, contrib,
+        # non-free-firmware), which auto takes.
+        if os_name.startswith("ubuntu"):
+            driver = f"nvidia-driver-{branch}-server" + ("-open" if modules == "open" else "")
+            packages = [*headers, driver, f"nvidia-compute-utils-{branch}-server"]
+        else:
+            dkms = "nvidia-open-kernel-dkms" if modules == "open" else "nvidia-kernel-dkms"
+            packages = [*headers, "nvidia-driver", dkms, "firmware-nvidia-gsp", "nvidia-smi", "nvidia-persistenced"]
         return {
             "source": "distro",
             "modules": modules,
@@ -145,7 +138,6 @@ def expected(os_name: str, gpu: str) -> dict[str, Any]:
         }
     if os_name.startswith("debian"):
         # 550 and 570 are not Debian 12's 535, nor 570 Debian 13's 550: auto takes NVIDIA's repository.
-        headers = [f"linux-headers-{kernel}"]
         if modules == "proprietary":
             drivers = [f"cuda-drivers-{branch}"]
         elif int(branch) >= 560:
