@@ -37,7 +37,20 @@ if [ ! -x .venv/bin/python ]; then
   say "creating .venv"
   python3 -m venv .venv
 fi
-say "installing gpuclus${extras} into .venv"
-.venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e ".${extras}"
+# The install is editable, so only a change of pyproject.toml (dependencies,
+# entry points) needs pip again: a stamp of its hash and the extras skips pip
+# when neither changed (.ci/run runs the quickstart, which calls this, while
+# its tests use the same .venv; a reinstall would pull gpuclus from under them).
+stamp=.venv/.gpuclus-installed
+project_hash=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ -f "$stamp" ] && .venv/bin/gpuclus --version >/dev/null 2>&1 &&
+  { [ "$(cat "$stamp")" = "$project_hash ${extras}" ] || [ "$(cat "$stamp")" = "$project_hash [dev]" ]; }; then
+  say "gpuclus${extras} is installed in .venv (pyproject.toml unchanged since)"
+else
+  say "installing gpuclus${extras} into .venv"
+  rm -f "$stamp"
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -e ".${extras}"
+  printf '%s %s\n' "$project_hash" "$extras" >"$stamp"
+fi
 say "done: $(.venv/bin/gpuclus --version)  (run .venv/bin/gpuclus, or add $(pwd)/.venv/bin to PATH)"

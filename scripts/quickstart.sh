@@ -14,7 +14,9 @@
 # Needs root on Debian/Ubuntu: the nodes are privileged containers; podman,
 # runc and debootstrap are installed with apt when missing.
 # GPUCLUS_SANDBOX_OS=debian13 runs the same on Debian 13 nodes (Slurm 24.11);
-# the default is Debian 12 (`gpuclus sandbox up --os`).
+# the default is Debian 12 (`gpuclus sandbox up --os`). GPUCLUS_SANDBOX_NAME and
+# GPUCLUS_SANDBOX_SUBNET name the sandbox and fix its subnet (default: sandbox,
+# the first free /24 of 10.213.0.0/16), for a run beside another sandbox.
 set -euo pipefail
 # A relative GPUCLUS_ARTIFACTS_DIR means from where the script was started.
 artifacts="${GPUCLUS_ARTIFACTS_DIR:-}"
@@ -33,6 +35,7 @@ fi
 work="${1:-demo}"
 bash scripts/bootstrap.sh
 gpuclus="$PWD/.venv/bin/gpuclus"
+head="${GPUCLUS_SANDBOX_NAME:-sandbox}-head"
 up=(--nodes 3 --gpus-per-node 2)
 if [ -n "$artifacts" ]; then
   up+=(--artifacts "$artifacts")
@@ -45,12 +48,12 @@ set -x
 "$gpuclus" sandbox status
 "$gpuclus" spec check sandbox.yaml
 "$gpuclus" deploy sandbox.yaml
-"$gpuclus" sandbox ssh sandbox-head -- sinfo
-"$gpuclus" sandbox ssh sandbox-head -- srun --nodes=2 --gres=gpu:1 hostname
+"$gpuclus" sandbox ssh "$head" -- sinfo
+"$gpuclus" sandbox ssh "$head" -- srun --nodes=2 --gres=gpu:1 hostname
 if [ -n "$artifacts" ]; then
   # Each compute node's own copy of the test image (sandbox up builds it), run
   # by Pyxis. Plain words only: ssh hands the command to the node's shell.
-  "$gpuclus" sandbox ssh sandbox-head -- srun --nodes=2 \
+  "$gpuclus" sandbox ssh "$head" -- srun --nodes=2 \
     --container-image=/var/lib/gpuclus-sandbox/images/test.sqsh grep -e ^NAME= -e ^ID= /etc/os-release
 fi
 "$gpuclus" validate sandbox.yaml

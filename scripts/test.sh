@@ -40,51 +40,93 @@ if compgen -G "roles/*/tasks/main.yml" >/dev/null; then
   step "ansible-lint"
   ansible-lint
 fi
-# The integration tests (sandbox clusters, root) run in the foreground; the
-# unit tests and the molecule scenarios run beside them in the background (the
-# integration suite spends much of its time waiting on Slurm, systemd and apt).
-# Each has a subnet of its own, so two `sandbox up`s never pick the same one.
-#
-# molecule: each role alone on Debian 12 sandbox nodes (munge + slurm, nfs,
-# prometheus; nvidia: Debian's real driver packages on a node where no module
-# can load; enroot): converge, idempotence, verify each time. Its 3-node
-# `cluster` scenario (Debian 13 nodes) repeats what the integration suite covers
-# and is left to `molecule test -s cluster`; the cluster suite's core on Debian
-# 13 nodes is scripts/test-debian13.sh, by hand until CI's time has room.
-side_log=$(mktemp)
+# Three lanes run side by side (the integration tests spend much of their time
+# waiting on Slurm, systemd and apt, so two cores carry them):
+#   A (foreground) the cluster suite on Debian 12 nodes: jobs, containers,
+#     PyTorch, monitoring, validate with its faults, and the day-two tests
+#     (down node, nodes add/remove, plan stamps, reboot, upgrade, secrets,
+#     reset);
+#   B (background) the cluster suite's core on Debian 13 nodes (Slurm 24.11):
+#     deploy, a re-deploy changing nothing, check mode, jobs, NFS, containers,
+#     drift, monitoring, validate healthy and after faults, health check,
+#     failover; then the tests with sandboxes of their own (deploy engine,
+#     deploy faults, sandbox lifecycle, docker, image build); then the README's
+#     quickstart on Debian 13 nodes;
+#   C (background) the unit tests, the molecule scenarios (each role alone on
+#     Debian 12 nodes: munge + slurm, nfs, prometheus, nvidia with Debian's
+#     real driver packages on a node where no module can load, enroot), then
+#     the README's quickstart as it stands (Debian 12 nodes).
+# Each lane's sandboxes have subnets of their own, so two `sandbox up`s never
+# pick the same one. Lanes B and C print their output when A is done.
+# molecule's 3-node `cluster` scenario repeats what lanes A and B cover and is
+# left to `molecule test -s cluster`. Which test runs on which OS, and why:
+# the README's Testing section.
+it=tests/integration
+quickstart() { # OS NAME SUBNET: the README's first command, then its sandbox removed
+  local work status=0
+  work=$(mktemp -d)
+  GPUCLUS_SANDBOX_OS=$1 GPUCLUS_SANDBOX_NAME=$2 GPUCLUS_SANDBOX_SUBNET=$3 \
+    bash scripts/quickstart.sh "$work/demo" || status=$?
+  "$PWD/.venv/bin/gpuclus" sandbox down --name "$2" >/dev/null 2>&1 || true
+  rm -rf "$work"
+  return "$status"
+}
+lane_b_log=$(mktemp)
+lane_c_log=$(mktemp)
 (
   set -e
-  step "pytest: unit tests"
-  pytest --durations=15 tests/unit
+  step "lane B: pytest, the cluster suite on Debian 13 nodes"
+  GPUCLUS_TEST_OS=debian13 GPUCLUS_TEST_CLUSTER=itd13 GPUCLUS_TEST_SUBNET=10.213.200.0/24 \
+    pytest --durations=15 -p no:cacheprovider \
+    $it/test_cluster.py $it/test_cluster_check_mode.py $it/test_cluster_containers.py \
+    $it/test_cluster_config_drift.py $it/test_cluster_monitoring.py $it/test_cluster_validate.py \
+    $it/test_cluster_health.py $it/test_cluster_failover.py \
+    --deselect $it/test_cluster_validate.py::test_a_stopped_slurmd_is_named \
+    --deselect $it/test_cluster_validate.py::test_gres_conf_claiming_more_gpus_than_the_node_has_is_named \
+    --deselect $it/test_cluster_validate.py::test_a_stopped_compute_node_is_named \
+    --deselect $it/test_cluster_validate.py::test_a_replaced_munge_key_is_named
+  step "lane B: pytest, the tests with sandboxes of their own"
+  pytest --durations=15 -p no:cacheprovider \
+    $it/test_deploy_engine.py $it/test_deploy_faults.py $it/test_sandbox.py $it/test_sandbox_docker.py \
+    $it/test_sandbox_two_dirs.py $it/test_image_build.py
+  step "lane B: the README quickstart on Debian 13 nodes"
+  quickstart debian13 qs13 10.213.220.0/24
+) >"$lane_b_log" 2>&1 </dev/null &
+lane_b=$!
+(
+  set -e
+  step "lane C: pytest, unit tests"
+  pytest --durations=15 -p no:cacheprovider tests/unit
   for scenario in slurm nfs prometheus nvidia enroot; do
-    step "molecule $scenario (converge, idempotence, verify)"
+    step "lane C: molecule $scenario (converge, idempotence, verify)"
     GPUCLUS_MOLECULE_SUBNET=10.213.150.0/24 molecule test -s "$scenario"
   done
-) >"$side_log" 2>&1 </dev/null &
-side_pid=$!
-step "pytest: integration tests (unit tests and molecule run beside them; their output follows)"
-integration_status=0
-# Two validate fault tests are left out here for CI's time limit (each waits ~2 min for Slurm's repair):
-# a stopped slurmd fails launch.srun as the stopped node before it does, and launch.gres-devices' probe
-# is covered on recorded output in the unit tests. Run them with `pytest tests/integration`.
-GPUCLUS_TEST_SUBNET=10.213.100.0/24 pytest --durations=25 tests/integration \
-  --deselect tests/integration/test_cluster_validate.py::test_a_stopped_slurmd_is_named \
-  --deselect tests/integration/test_cluster_validate.py::test_gres_conf_claiming_more_gpus_than_the_node_has_is_named \
-  || integration_status=$?
-side_status=0
-wait "$side_pid" || side_status=$?
-cat "$side_log"
-rm -f "$side_log"
-if [ "$integration_status" -ne 0 ] || [ "$side_status" -ne 0 ]; then
-  echo "failed: integration tests exit $integration_status; unit tests and molecule exit $side_status" >&2
+  step "lane C: the README quickstart (Debian 12 nodes)"
+  quickstart debian12 sandbox 10.213.160.0/24
+) >"$lane_c_log" 2>&1 </dev/null &
+lane_c=$!
+step "lane A: pytest, the cluster suite on Debian 12 nodes (lanes B and C print after it)"
+lane_a_status=0
+# Two validate fault tests are left out for CI's time (each waits ~2 min for Slurm's repair): a stopped
+# slurmd fails launch.srun as the stopped node before it does, and launch.gres-devices' probe is covered
+# on recorded output in the unit tests. `pytest tests/integration` runs everything on Debian 12.
+GPUCLUS_TEST_SUBNET=10.213.100.0/24 pytest --durations=25 -p no:cacheprovider \
+  $it/test_cluster.py $it/test_cluster_containers.py $it/test_cluster_pytorch.py $it/test_cluster_monitoring.py \
+  $it/test_cluster_validate.py $it/test_cluster_down_node.py $it/test_cluster_nodes.py \
+  $it/test_cluster_plan_stamps.py $it/test_cluster_hints.py $it/test_cluster_reboot.py \
+  $it/test_cluster_secrets.py $it/test_cluster_upgrade.py $it/test_cluster_zz_reset.py \
+  --deselect $it/test_cluster_validate.py::test_a_stopped_slurmd_is_named \
+  --deselect $it/test_cluster_validate.py::test_gres_conf_claiming_more_gpus_than_the_node_has_is_named \
+  || lane_a_status=$?
+lane_b_status=0
+wait "$lane_b" || lane_b_status=$?
+lane_c_status=0
+wait "$lane_c" || lane_c_status=$?
+cat "$lane_b_log" "$lane_c_log"
+rm -f "$lane_b_log" "$lane_c_log"
+if [ "$lane_a_status" -ne 0 ] || [ "$lane_b_status" -ne 0 ] || [ "$lane_c_status" -ne 0 ]; then
+  echo "failed: lane A (Debian 12 cluster suite) exit $lane_a_status;" \
+    "lane B (Debian 13 cluster suite, own-sandbox tests, Debian 13 quickstart) exit $lane_b_status;" \
+    "lane C (unit tests, molecule, quickstart) exit $lane_c_status" >&2
   exit 1
 fi
-step "README quickstart"
-work=$(mktemp -d)
-repo=$PWD
-cleanup() {
-  (cd "$work/demo" 2>/dev/null && "$repo/.venv/bin/gpuclus" sandbox down) || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-bash scripts/quickstart.sh "$work/demo"

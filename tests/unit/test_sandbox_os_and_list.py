@@ -96,6 +96,29 @@ def test_up_on_debian13_runs_the_trixie_image_and_records_the_os(tmp_path: Path,
     assert "debian13" in again.stdout
 
 
+def test_the_name_subnet_and_os_come_from_the_environment_too(
+    tmp_path: Path, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The quickstart script takes them from there (.ci/run runs two quickstarts beside other sandboxes).
+    monkeypatch.setenv("GPUCLUS_SANDBOX_NAME", "qs13")
+    monkeypatch.setenv("GPUCLUS_SANDBOX_SUBNET", "10.213.220.0/24")
+    monkeypatch.setenv("GPUCLUS_SANDBOX_OS", "debian13")
+    result = invoke("up", "--json", "--spec", str(spec_in(tmp_path, "env")))
+    assert result.exit_code == 0, result.output
+    data = payload(result)
+    assert {node["name"]: (node["address"], node["os"]) for node in data["nodes"]} == {
+        "qs13-head": ("10.213.220.10", "debian13"),
+        "qs13-gpu01": ("10.213.220.11", "debian13"),
+        "qs13-gpu02": ("10.213.220.12", "debian13"),
+    }
+    # An option on the command line still wins over the environment.
+    other = invoke(
+        "up", "--name", "named", "--subnet", "10.213.221.0/24", "--json", "--spec", str(spec_in(tmp_path, "opt"))
+    )
+    assert other.exit_code == 0, other.output
+    assert {node["address"] for node in payload(other)["nodes"]} == {"10.213.221.10", "10.213.221.11", "10.213.221.12"}
+
+
 def test_a_mixed_sandbox_runs_each_release_image_and_grows_with_the_compute_os(
     tmp_path: Path, fake: FakeEngine
 ) -> None:

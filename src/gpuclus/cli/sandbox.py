@@ -48,7 +48,15 @@ def _engine_choice(value: str) -> str:
 
 @app.command("up")
 def up(
-    name: Annotated[str, typer.Option("--name", help="Cluster name; nodes are NAME-head, NAME-gpu01, ...")] = "sandbox",
+    name: Annotated[
+        str,
+        typer.Option(
+            "--name",
+            help="Cluster name; nodes are NAME-head, NAME-gpu01, ...",
+            envvar="GPUCLUS_SANDBOX_NAME",
+            show_envvar=True,
+        ),
+    ] = "sandbox",
     nodes: Annotated[
         int,
         typer.Option(
@@ -63,7 +71,12 @@ def up(
     engine: EngineOption = "auto",
     subnet: Annotated[
         str | None,
-        typer.Option("--subnet", help="IPv4 subnet for the nodes; default: a free /24 of 10.213.0.0/16."),
+        typer.Option(
+            "--subnet",
+            help="IPv4 subnet for the nodes; default: a free /24 of 10.213.0.0/16.",
+            envvar="GPUCLUS_SANDBOX_SUBNET",
+            show_envvar=True,
+        ),
     ] = None,
     install: Annotated[
         bool,
