@@ -50,7 +50,8 @@ fi
 #     deploy, a re-deploy changing nothing, check mode, jobs, NFS, containers,
 #     drift, monitoring, validate healthy and after faults, health check,
 #     failover; then the tests with sandboxes of their own (deploy engine,
-#     deploy faults, sandbox lifecycle, docker, image build); then the README's
+#     deploy faults, sandbox lifecycle, docker, two directories, a mixed Debian
+#     13/12 sandbox, image build); then the README's
 #     quickstart on Debian 13 nodes;
 #   C (background) the unit tests, the molecule scenarios (each role alone on
 #     Debian 12 nodes: munge + slurm, nfs, prometheus, nvidia with Debian's
@@ -88,7 +89,7 @@ lane_c_log=$(mktemp)
   step "lane B: pytest, the tests with sandboxes of their own"
   pytest --durations=15 -p no:cacheprovider \
     $it/test_deploy_engine.py $it/test_deploy_faults.py $it/test_sandbox.py $it/test_sandbox_docker.py \
-    $it/test_sandbox_two_dirs.py $it/test_image_build.py
+    $it/test_sandbox_two_dirs.py $it/test_sandbox_mixed.py $it/test_image_build.py
   step "lane B: the README quickstart on Debian 13 nodes"
   quickstart debian13 qs13 10.213.220.0/24
 ) >"$lane_b_log" 2>&1 </dev/null &

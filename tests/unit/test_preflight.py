@@ -26,6 +26,7 @@ from gpuclus.ssh.preflight import (
     preflight_spec,
     run_preflight,
     skew_checks,
+    slurm_release_checks,
 )
 from gpuclus.state import StateDir
 
@@ -157,6 +158,47 @@ def test_clock_skew_is_measured_against_the_controller() -> None:
     assert clock["head"].status == "ok"
     assert clock["gpu01"].status == "ok" and clock["gpu01"].message.startswith("+0.90 s")
     assert clock["fake01"].status == "fail" and "munge" in clock["fake01"].message
+
+
+def test_each_nodes_slurm_release_is_judged_against_the_controllers() -> None:
+    def answered(name: str, os_release: str) -> NodeReport:
+        return NodeReport(name, "10.0.0.1", True, os_release=os_release)
+
+    reports = [
+        answered("head", "debian 13"),
+        answered("backup", "debian 12"),
+        answered("gpu01", "ubuntu 24.04"),
+        answered("gpu02", "debian 12"),
+        answered("gpu03", "debian 13"),
+        answered("gpu04", "arch rolling"),
+        NodeReport("gpu05", "10.0.0.5", False),
+    ]
+    slurm_release_checks(reports, "head", {"backup"})
+    verdicts = {r.node: (r.checks[-1].status, r.checks[-1].message) for r in reports if r.checks}
+    assert verdicts["head"] == ("ok", "Slurm 24.11 (the controller)")
+    assert verdicts["backup"][0] == "fail" and "both slurmctld must run one release" in verdicts["backup"][1]
+    assert verdicts["gpu01"] == ("ok", "Slurm 23.11, the controller's 24.11")
+    assert verdicts["gpu02"][0] == "fail" and verdicts["gpu02"][1].startswith("debian 12: its Slurm 22.05 is 4")
+    assert verdicts["gpu03"] == ("ok", "Slurm 24.11, the controller's 24.11")
+    assert verdicts["gpu04"][0] == "skip"
+    assert "gpu05" not in verdicts  # unreachable: named by its ssh check already
+    failed = next(c for c in reports[3].checks if c.name == "slurm-release")
+    assert "docs/os-support.md" in failed.hint
+
+
+def test_a_debian13_compute_node_under_a_debian12_controller_fails_and_the_reverse_too() -> None:
+    newer = [
+        NodeReport("head", "a", True, os_release="debian 12"),
+        NodeReport("gpu01", "b", True, os_release="debian 13"),
+    ]
+    slurm_release_checks(newer, "head", set())
+    assert newer[1].checks[-1].status == "fail" and "newer than the controller's 22.05" in newer[1].checks[-1].message
+    unknown_controller = [
+        NodeReport("head", "a", True, os_release="gentoo 2"),
+        NodeReport("gpu01", "b", True, os_release="debian 12"),
+    ]
+    slurm_release_checks(unknown_controller, "head", set())
+    assert [r.checks[-1].status for r in unknown_controller] == ["skip", "skip"]
 
 
 @dataclass

@@ -18,7 +18,7 @@ from gpuclus.upgrade.batches import Batch, plan_batches
 from gpuclus.upgrade.detect import installed_slurm, refuse_unsupported_jump
 from gpuclus.upgrade.pins import PINS, SLURM, PinChange, changed_pins
 from gpuclus.upgrade.rolling import BatchDeploy, Rollout, roll
-from gpuclus.upgrade.slurm_jump import jump_problem, major
+from gpuclus.upgrade.slurm_jump import jump_problem, major, mix_problem
 
 SPEC = textwrap.dedent(
     """\
@@ -111,6 +111,27 @@ def test_jumps_slurm_supports(installed: str, target: str) -> None:
 )
 def test_jumps_slurm_refuses(installed: str, target: str, words: str) -> None:
     assert words in (jump_problem(installed, target) or "")
+
+
+@pytest.mark.parametrize(
+    ("controller", "node", "words"),
+    [
+        ("22.05", "22.05", None),
+        ("24.11", "23.11", None),  # Ubuntu 24.04 compute nodes under a Debian 13 controller
+        ("24.11", "23.02", None),  # 24.11 talks to three releases before it
+        ("23.11", "22.05", None),
+        ("23.11", "21.08", "3 major releases behind the controller's 23.11, which talks to the 2 before it"),
+        ("24.11", "22.05", "4 major releases behind the controller's 24.11, which talks to the 3 before it"),
+        ("22.05", "24.11", "newer than the controller's 22.05"),  # Debian 13 compute under a Debian 12 controller
+        ("22.05", "23.07", "23.07 is not a Slurm major release"),
+    ],
+)
+def test_which_slurm_releases_can_join_a_controller(controller: str, node: str, words: str | None) -> None:
+    problem = mix_problem(controller, node)
+    if words is None:
+        assert problem is None
+    else:
+        assert words in (problem or ""), problem
 
 
 def test_the_controller_s_version_and_the_refusal() -> None:

@@ -247,7 +247,7 @@ def up(options: UpOptions, say: Say) -> UpResult:
     if not_running:
         raise SandboxError(f"node(s) {', '.join(not_running)} did not stay running", logs_hint(engine))
 
-    notes: list[str] = []
+    notes: list[str] = _slurm_mix_notes(layout)
     # Only nodes that were just created or started are (re)configured: running
     # ones may hold what a deploy put there since.
     to_configure = [
@@ -282,6 +282,23 @@ def up(options: UpOptions, say: Say) -> UpResult:
         added_nodes=added,
         removed_nodes=[node.name for node in dropped],
     )
+
+
+def _slurm_mix_notes(layout: SandboxLayout) -> list[str]:
+    """What a mixed sandbox cannot do: one Slurm cluster, where the releases' Slurm do not mix
+    (deploy's preflight then leaves those compute nodes out, naming the releases)."""
+    from gpuclus.upgrade.slurm_jump import mix_problem
+
+    head = OSES[layout.head.os]
+    notes = []
+    for name in sorted({node.os for node in layout.nodes} - {head.name}):
+        problem = mix_problem(head.slurm, OSES[name].slurm)
+        if problem is not None:
+            notes.append(
+                f"{name} compute nodes under a {head.name} head cannot join its Slurm ({problem}): "
+                "deploy's preflight leaves them out; this mix serves the OS-level phases (base, NFS)"
+            )
+    return notes
 
 
 # Changing the number of nodes of a sandbox that is up ---------------------------------------

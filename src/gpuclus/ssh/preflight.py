@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuclus.errors import ExitCode, GpuclusError, UsageError
 from gpuclus.hints import gpuclus_command
+from gpuclus.spec.models import Role
 from gpuclus.spec.topology import Node, Topology
 from gpuclus.ssh.client import (
     FIRST_CONTACT,
@@ -41,6 +42,7 @@ from gpuclus.ssh.client import (
     run,
 )
 from gpuclus.state import StateDir
+from gpuclus.upgrade.slurm_jump import mix_problem
 
 if TYPE_CHECKING:
     from gpuclus.gpu_catalog import GpuKind
@@ -57,6 +59,15 @@ SUPPORTED = {
     ("rocky", "9"): False,
 }
 SUPPORTED_HINT = "use Debian 12 or 13, Ubuntu 22.04/24.04 or Rocky 9"
+# The Slurm major release each of them ships (docs/os-support.md), which gpuclus installs: slurmctld
+# talks only to nodes of its own release or a few before it, so some mixes of OSes cannot form one cluster.
+DISTRIBUTION_SLURM = {
+    ("debian", "12"): "22.05",
+    ("debian", "13"): "24.11",
+    ("ubuntu", "22.04"): "21.08",
+    ("ubuntu", "24.04"): "23.11",
+    ("rocky", "9"): "22.05",  # EPEL
+}
 
 # Everything in one round trip. Sections are separated by marker lines. The
 # clock is read last: skew_checks() takes it as read when the answer arrived,
@@ -114,6 +125,7 @@ class NodeReport:
     checks: list[PreflightCheck] = field(default_factory=list)
     clock: float | None = None
     probed_at: float | None = None  # local time the answer arrived (for skew)
+    os_release: str = ""  # "<ID> <VERSION_ID>" from /etc/os-release (for the Slurm release check)
 
     @property
     def failed(self) -> bool:
@@ -123,6 +135,7 @@ class NodeReport:
         data = asdict(self)
         data.pop("clock")
         data.pop("probed_at")
+        data.pop("os_release")
         return data
 
 
@@ -476,6 +489,48 @@ def skew_checks(reports: list[NodeReport], controller: str) -> None:
             )
 
 
+def slurm_release_checks(reports: list[NodeReport], controller: str, backups: set[str]) -> None:
+    """Each node's Slurm (the release its OS ships) against the controller's: slurmctld accepts its own
+    release and a few before it, never a newer one; a backup controller runs the controller's exactly."""
+    reference = next((r for r in reports if r.node == controller and r.reachable), None)
+    ours = DISTRIBUTION_SLURM.get(_os_key(reference.os_release)) if reference is not None else None
+    for report in reports:
+        if not report.reachable:
+            continue
+        theirs = DISTRIBUTION_SLURM.get(_os_key(report.os_release))
+        if reference is None or ours is None or theirs is None:
+            why = "controller unreachable" if reference is None else "an OS whose Slurm release gpuclus does not know"
+            report.checks.append(PreflightCheck("slurm-release", "skip", f"not compared: {why}"))
+            continue
+        if report.node == controller:
+            report.checks.append(PreflightCheck("slurm-release", "ok", f"Slurm {ours} (the controller)"))
+            continue
+        problem = (
+            None
+            if theirs == ours
+            else f"its Slurm {theirs} differs from the controller's {ours}; both slurmctld must run one release"
+            if report.node in backups
+            else mix_problem(ours, theirs)
+        )
+        if problem is None:
+            report.checks.append(PreflightCheck("slurm-release", "ok", f"Slurm {theirs}, the controller's {ours}"))
+        else:
+            report.checks.append(
+                PreflightCheck(
+                    "slurm-release",
+                    "fail",
+                    f"{report.os_release}: {problem}",
+                    "run an OS release on this node whose Slurm the controller accepts (docs/os-support.md), "
+                    "or move the controller to the newer release",
+                )
+            )
+
+
+def _os_key(os_release: str) -> tuple[str, str]:
+    os_id, _, version = os_release.partition(" ")
+    return os_id, version
+
+
 def run_preflight(
     topology: Topology,
     admin_user: str,
@@ -520,6 +575,7 @@ def run_preflight(
         report.reachable = True
         report.checks.append(PreflightCheck("ssh", "ok", f"{admin_user}@{node.address} with gpuclus' key"))
         sections = parse_sections(result.stdout)
+        report.os_release = (sections.get("os") or [""])[0]
         try:
             report.clock = float((sections.get("time") or ["nan"])[0])
         except ValueError:
@@ -558,6 +614,8 @@ def run_preflight(
         reports = list(pool.map(reported, probed))
     if controller is not None:
         skew_checks(reports, controller.name)
+        backups = {node.name for node in topology.with_role(Role.BACKUP_CONTROLLER)}
+        slurm_release_checks(reports, controller.name, backups)
     # The controller was probed only as the clock reference: not part of the result.
     return reports[: len(chosen)]
 

@@ -67,3 +67,30 @@ def jump_problem(installed: str, target: str) -> str | None:
 
 def _reach_of(release: str) -> int:
     return 3 if _KNOWN.index(release) >= _KNOWN.index(_THREE_BEHIND_FROM) else 2
+
+
+def mix_problem(controller: str, node: str) -> str | None:
+    """Why a node whose Slurm is ``node`` cannot join a controller running ``controller``, or None when it can.
+
+    slurmctld talks to the daemons and commands of its own major release and of
+    the releases it reads in an upgrade (two before it, three from 24.11 on);
+    a node newer than slurmctld is never accepted.
+    """
+    ours, theirs = major(controller), major(node)
+    if ours is None or theirs is None:
+        return f"cannot read a Slurm release from {controller!r} and {node!r}"
+    if ours == theirs:
+        return None
+    our_index, their_index = _index(ours), _index(theirs)
+    if our_index is None or their_index is None:
+        unknown = ours if our_index is None else theirs
+        return f"{unknown} is not a Slurm major release gpuclus knows"
+    if their_index > our_index:
+        return f"its Slurm {theirs} is newer than the controller's {ours}; slurmctld must be the newest"
+    behind = our_index - their_index
+    if behind > _reach_of(ours):
+        return (
+            f"its Slurm {theirs} is {behind} major releases behind the controller's {ours}, "
+            f"which talks to the {_reach_of(ours)} before it at most"
+        )
+    return None
