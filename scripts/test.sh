@@ -76,16 +76,8 @@ lane_b_log=$(mktemp)
 lane_c_log=$(mktemp)
 (
   set -e
-  step "lane B: pytest, the cluster suite on Debian 13 nodes"
-  GPUCLUS_TEST_OS=debian13 GPUCLUS_TEST_CLUSTER=itd13 GPUCLUS_TEST_SUBNET=10.213.200.0/24 \
-    pytest --durations=15 -p no:cacheprovider \
-    $it/test_cluster.py $it/test_cluster_check_mode.py $it/test_cluster_containers.py \
-    $it/test_cluster_config_drift.py $it/test_cluster_monitoring.py $it/test_cluster_validate.py \
-    $it/test_cluster_health.py $it/test_cluster_failover.py \
-    --deselect $it/test_cluster_validate.py::test_a_stopped_slurmd_is_named \
-    --deselect $it/test_cluster_validate.py::test_gres_conf_claiming_more_gpus_than_the_node_has_is_named \
-    --deselect $it/test_cluster_validate.py::test_a_stopped_compute_node_is_named \
-    --deselect $it/test_cluster_validate.py::test_a_replaced_munge_key_is_named
+  step "lane B: pytest, the cluster suite on Debian 13 nodes (scripts/test-debian13.sh)"
+  bash scripts/test-debian13.sh --durations=15 -p no:cacheprovider
   step "lane B: pytest, the tests with sandboxes of their own"
   pytest --durations=15 -p no:cacheprovider \
     $it/test_deploy_engine.py $it/test_deploy_faults.py $it/test_sandbox.py $it/test_sandbox_docker.py \

@@ -128,8 +128,9 @@ def up(
         str | None,
         typer.Option(
             "--compute-os",
-            help="The compute nodes' OS when it differs from the head's (a mixed cluster), e.g. "
-            "--os debian12 --compute-os debian13. Default: --os.",
+            help="The compute nodes' OS when it differs from the head's (a mixed sandbox), e.g. "
+            "--os debian13 --compute-os debian12. Debian 12's and 13's Slurm cannot form one cluster: "
+            "`up` says so and deploy's preflight leaves those compute nodes out. Default: --os.",
             metavar="OS",
         ),
     ] = None,
