@@ -621,3 +621,48 @@ def test_single_node_job_runs_torchrun_standalone_in_the_batch_step(tmp_path: Pa
     _assert_trained(_training_result(done), "ddp-single-node", world_size=2, steps=10)
     assert "--standalone --nnodes=1 --nproc-per-node=2" in done.stderr
     assert _srun_calls(tmp_path) == []  # one node: no srun
+
+
+def test_the_roles_probe_wants_each_file_as_its_copy_writes_it(tmp_path: Path) -> None:
+    # The role skips its copy tasks when the node probe finds nothing stale; a
+    # probe that wanted another mode than the copy task sets made every deploy
+    # copy the .sbatch files again (reported "ok", seconds each time). Both
+    # expressions are evaluated by ansible-playbook itself, on this machine.
+    import yaml
+
+    role = EXAMPLES.parents[1]
+    tasks = yaml.safe_load((role / "tasks" / "configure.yml").read_text())
+    copy_mode = next(task for task in tasks if "ansible.builtin.copy" in task)["ansible.builtin.copy"]["mode"]
+    playbook = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "vars_files": [str(role / "vars" / "main.yml")],
+            "vars": {"role_path": str(role), "job_templates_write_dir": "/opt/x"},
+            "tasks": [
+                {"ansible.builtin.debug": {"msg": "{{ __job_templates_probe_files }}"}},
+                {"ansible.builtin.debug": {"msg": "{{ item }} " + copy_mode}, "loop": "{{ __job_templates_files }}"},
+            ],
+        }
+    ]
+    (tmp_path / "probe.yml").write_text(yaml.safe_dump(playbook))
+    ansible = Path(sys.executable).with_name("ansible-playbook")
+    environment = {**os.environ, "ANSIBLE_STDOUT_CALLBACK": "json", "ANSIBLE_LOCALHOST_WARNING": "False"}
+    done = subprocess.run(
+        [str(ansible), "-i", "localhost,", "-c", "local", str(tmp_path / "probe.yml")],
+        capture_output=True, text=True, env=environment, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    probe_task, copy_task = json.loads(done.stdout)["plays"][0]["tasks"]
+    wanted = {
+        entry["path"].removeprefix("/opt/x/"): entry["mode"]
+        for entry in probe_task["hosts"]["localhost"]["msg"]
+        if "checksum" in entry
+    }
+    copied = dict(result["msg"].split(" ", 1) for result in copy_task["hosts"]["localhost"]["results"])
+    shipped = {
+        str(path.relative_to(EXAMPLES)): "0755" if os.access(path, os.X_OK) else "0644"
+        for path in EXAMPLES.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
+    }
+    assert wanted == copied == shipped
