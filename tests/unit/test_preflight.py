@@ -193,6 +193,14 @@ def test_a_debian13_compute_node_under_a_debian12_controller_fails_and_the_rever
     ]
     slurm_release_checks(newer, "head", set())
     assert newer[1].checks[-1].status == "fail" and "newer than the controller's 22.05" in newer[1].checks[-1].message
+    pinned = [
+        NodeReport("head", "a", True, os_release="debian 12"),
+        NodeReport("gpu01", "b", True, os_release="debian 13"),
+    ]
+    slurm_release_checks(pinned, "head", set(), "24.11.5")
+    assert [(r.checks[-1].status, r.checks[-1].message) for r in pinned] == [
+        ("skip", "slurm.version pins 24.11.5 on every node")
+    ] * 2
     unknown_controller = [
         NodeReport("head", "a", True, os_release="gentoo 2"),
         NodeReport("gpu01", "b", True, os_release="debian 12"),

@@ -489,9 +489,19 @@ def skew_checks(reports: list[NodeReport], controller: str) -> None:
             )
 
 
-def slurm_release_checks(reports: list[NodeReport], controller: str, backups: set[str]) -> None:
+def slurm_release_checks(
+    reports: list[NodeReport], controller: str, backups: set[str], pinned: str | None = None
+) -> None:
     """Each node's Slurm (the release its OS ships) against the controller's: slurmctld accepts its own
-    release and a few before it, never a newer one; a backup controller runs the controller's exactly."""
+    release and a few before it, never a newer one; a backup controller runs the controller's exactly.
+    With slurm.version pinned (``pinned``) every node installs that one: nothing to compare."""
+    if pinned is not None:
+        for report in reports:
+            if report.reachable:
+                report.checks.append(
+                    PreflightCheck("slurm-release", "skip", f"slurm.version pins {pinned} on every node")
+                )
+        return
     reference = next((r for r in reports if r.node == controller and r.reachable), None)
     ours = DISTRIBUTION_SLURM.get(_os_key(reference.os_release)) if reference is not None else None
     for report in reports:
@@ -544,10 +554,13 @@ def run_preflight(
     on_answer: AnswerCallback | None = None,
     driver_install: bool = True,
     modules_from_model: bool = True,
+    slurm_pin: str | None = None,
 ) -> list[NodeReport]:
-    """Probe the nodes (all, or those named in ``only``); the controller is always probed for clock skew.
+    """Probe the nodes (all, or those named in ``only``); the controller is always probed for clock skew
+    and as the reference of the Slurm releases.
 
     ``driver_install``, ``modules_from_model``: from the spec's nvidia.driver (see judge).
+    ``slurm_pin``: the spec's slurm.version (every node installs it; the releases are then not compared).
 
     ``advice``: what the hint for a failed SSH login may say about this directory.
     ``on_answer(report, answered, total)``: called as each of the chosen nodes answers (or
@@ -615,7 +628,7 @@ def run_preflight(
     if controller is not None:
         skew_checks(reports, controller.name)
         backups = {node.name for node in topology.with_role(Role.BACKUP_CONTROLLER)}
-        slurm_release_checks(reports, controller.name, backups)
+        slurm_release_checks(reports, controller.name, backups, slurm_pin)
     # The controller was probed only as the clock reference: not part of the result.
     return reports[: len(chosen)]
 
@@ -688,6 +701,7 @@ def preflight_spec(
         on_answer=on_answer,
         driver_install=loaded.spec.nvidia.driver.install,
         modules_from_model=loaded.spec.nvidia.driver.kernel_modules == "auto",
+        slurm_pin=loaded.spec.slurm.version,
         # First contact with a real node: its host key is learned (accept-new, as Ansible does).
         connector=lambda target: connect(target, accept_new=True),
     )
