@@ -188,7 +188,7 @@ def judge(
                 f"add '{admin_user} ALL=(ALL) NOPASSWD: ALL' to /etc/sudoers.d/{admin_user}",
             )
         )
-    os_id, _, version = first("os").partition(" ")
+    os_id, version = _os_key(first("os"))
     tested = SUPPORTED.get((os_id, version))
     if tested is True:
         checks.append(PreflightCheck("os", "ok", f"{os_id} {version} (tested)"))
