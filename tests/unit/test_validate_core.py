@@ -1229,6 +1229,16 @@ def test_stale_or_missing_slurm_metrics_fail_naming_the_controller(
     assert outcome.hint and HEAD in outcome.hint
 
 
+def test_a_textfile_the_node_exporter_cannot_parse_is_said_with_the_missing_series() -> None:
+    page = f"{CONTROLLER_NOW}\n{NODE_EXPORTER_HEAD}node_textfile_scrape_error 1\n"
+    remote = healthy_remote().prefer("date +%s; curl", ok(page))
+    outcome = monitoring.slurm_metrics(context(remote))
+    (row,) = outcome.nodes
+    assert (row.status, row.value) == (Status.FAIL, "absent")
+    assert "node_textfile_scrape_error 1" in row.message
+    assert outcome.hint and "journalctl -u prometheus-node-exporter" in outcome.hint
+
+
 def test_slurm_metrics_skip_with_prometheus_off() -> None:
     remote = healthy_remote()
     text = MONITORING_OFF_SPEC

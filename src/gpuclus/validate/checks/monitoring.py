@@ -137,13 +137,19 @@ def slurm_metrics(ctx: Context) -> Outcome:
             hint=f"on {controller.name}: `systemctl status prometheus-node-exporter` (port {NODE_EXPORTER_PORT})",
         )
     if "slurm_up" not in values:
+        # The node exporter drops a textfile that does not parse and says so in this series: then the
+        # collector wrote something it cannot read, and its log names the file and the line.
+        unparsed = _series_values(lines[1:], ("node_textfile_scrape_error",)).get("node_textfile_scrape_error") == 1
+        message = "the node exporter serves no slurm_* series" + (
+            " (node_textfile_scrape_error 1: a file in its textfile directory does not parse)" if unparsed else ""
+        )
         return Outcome(
-            [
-                NodeResult(
-                    controller.name, Status.FAIL, "the node exporter serves no slurm_* series", "absent", "slurm_up 1"
-                )
-            ],
-            hint=hint,
+            [NodeResult(controller.name, Status.FAIL, message, "absent", "slurm_up 1")],
+            hint=(
+                f"on {controller.name}: `journalctl -u prometheus-node-exporter` names the file and line; then {hint}"
+                if unparsed
+                else hint
+            ),
         )
     now = float(lines[0]) if lines[0].strip().isdigit() else None
     last = values.get("slurm_collector_last_success_timestamp_seconds")
