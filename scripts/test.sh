@@ -74,28 +74,31 @@ quickstart() { # OS NAME SUBNET: the README's first command, then its sandbox re
 }
 lane_b_log=$(mktemp)
 lane_c_log=$(mktemp)
+# A lane goes on after a failing step (each step's result is worth seeing) and fails at its end.
 (
-  set -e
+  status=0
   step "lane B: pytest, the cluster suite on Debian 13 nodes (scripts/test-debian13.sh)"
-  bash scripts/test-debian13.sh --durations=15 -p no:cacheprovider
+  bash scripts/test-debian13.sh --durations=15 -p no:cacheprovider || status=1
   step "lane B: pytest, the tests with sandboxes of their own"
   pytest --durations=15 -p no:cacheprovider \
     $it/test_deploy_engine.py $it/test_deploy_faults.py $it/test_sandbox.py $it/test_sandbox_docker.py \
-    $it/test_sandbox_two_dirs.py $it/test_sandbox_mixed.py $it/test_image_build.py
+    $it/test_sandbox_two_dirs.py $it/test_sandbox_mixed.py $it/test_image_build.py || status=1
   step "lane B: the README quickstart on Debian 13 nodes"
-  quickstart debian13 qs13 10.213.220.0/24
+  quickstart debian13 qs13 10.213.220.0/24 || status=1
+  exit "$status"
 ) >"$lane_b_log" 2>&1 </dev/null &
 lane_b=$!
 (
-  set -e
+  status=0
   step "lane C: pytest, unit tests"
-  pytest --durations=15 -p no:cacheprovider tests/unit
+  pytest --durations=15 -p no:cacheprovider tests/unit || status=1
   for scenario in slurm nfs prometheus nvidia enroot; do
     step "lane C: molecule $scenario (converge, idempotence, verify)"
-    GPUCLUS_MOLECULE_SUBNET=10.213.150.0/24 molecule test -s "$scenario"
+    GPUCLUS_MOLECULE_SUBNET=10.213.150.0/24 molecule test -s "$scenario" || status=1
   done
   step "lane C: the README quickstart (Debian 12 nodes)"
-  quickstart debian12 sandbox 10.213.160.0/24
+  quickstart debian12 sandbox 10.213.160.0/24 || status=1
+  exit "$status"
 ) >"$lane_c_log" 2>&1 </dev/null &
 lane_c=$!
 step "lane A: pytest, the cluster suite on Debian 12 nodes (lanes B and C print after it)"
