@@ -39,15 +39,10 @@ def _index(release: str) -> int | None:
 
 def jump_problem(installed: str, target: str) -> str | None:
     """Why Slurm cannot be upgraded in place from ``installed`` to ``target``, or None when it can."""
-    old, new = major(installed), major(target)
-    if old is None or new is None:
-        return f"cannot read a Slurm release from {installed!r} → {target!r}"
-    if old == new:
-        return None
-    old_index, new_index = _index(old), _index(new)
-    if old_index is None or new_index is None:
-        unknown = old if old_index is None else new
-        return f"{unknown} is not a Slurm major release gpuclus knows"
+    releases = _two_releases(installed, target, "→")
+    if releases is None or isinstance(releases, str):
+        return releases
+    (old, old_index), (new, new_index) = releases
     if new_index < old_index:
         return f"Slurm {installed} → {target} is a downgrade; Slurm converts its state and database forward only"
     reach = 3 if new_index >= _KNOWN.index(_THREE_BEHIND_FROM) else 2
@@ -65,6 +60,20 @@ def jump_problem(installed: str, target: str) -> str | None:
     return None
 
 
+def _two_releases(first: str, second: str, joint: str) -> tuple[tuple[str, int], tuple[str, int]] | str | None:
+    """Both versions' major releases with their places in the release order; None when they are the same
+    release, and the problem when one cannot be read or is not a release gpuclus knows."""
+    one, two = major(first), major(second)
+    if one is None or two is None:
+        return f"cannot read a Slurm release from {first!r} {joint} {second!r}"
+    if one == two:
+        return None
+    one_index, two_index = _index(one), _index(two)
+    if one_index is None or two_index is None:
+        return f"{one if one_index is None else two} is not a Slurm major release gpuclus knows"
+    return (one, one_index), (two, two_index)
+
+
 def _reach_of(release: str) -> int:
     return 3 if _KNOWN.index(release) >= _KNOWN.index(_THREE_BEHIND_FROM) else 2
 
@@ -76,15 +85,10 @@ def mix_problem(controller: str, node: str) -> str | None:
     the releases it reads in an upgrade (two before it, three from 24.11 on);
     a node newer than slurmctld is never accepted.
     """
-    ours, theirs = major(controller), major(node)
-    if ours is None or theirs is None:
-        return f"cannot read a Slurm release from {controller!r} and {node!r}"
-    if ours == theirs:
-        return None
-    our_index, their_index = _index(ours), _index(theirs)
-    if our_index is None or their_index is None:
-        unknown = ours if our_index is None else theirs
-        return f"{unknown} is not a Slurm major release gpuclus knows"
+    releases = _two_releases(controller, node, "and")
+    if releases is None or isinstance(releases, str):
+        return releases
+    (ours, our_index), (theirs, their_index) = releases
     if their_index > our_index:
         return f"its Slurm {theirs} is newer than the controller's {ours}; slurmctld must be the newest"
     behind = our_index - their_index
