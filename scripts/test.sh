@@ -61,7 +61,7 @@ fi
 # pick the same one. Lanes B and C print their output when A is done.
 # molecule's 3-node `cluster` scenario repeats what lanes A and B cover and is
 # left to `molecule test -s cluster`. Which test runs on which OS, and why:
-# the README's Testing section.
+# the README's Development section.
 it=tests/integration
 quickstart() { # OS NAME SUBNET: the README's first command, then its sandbox removed
   local work status=0

@@ -25,7 +25,7 @@ from gpuclus.state import StateDir
 
 def _check_runs_wanted(session: pytest.Session) -> bool:
     """Whether a test of test_cluster_check_mode.py runs in this session: only then are the fixture's two
-    check runs (minutes) worth making (.ci/run's Debian 13 pass leaves that module out)."""
+    check runs (minutes) worth making (.ci/run runs that module in its Debian 13 lane only)."""
     return any(item.nodeid.startswith("tests/integration/test_cluster_check_mode.py") for item in session.items)
 
 
