@@ -19,7 +19,8 @@ from gpuclus.state import StateDir
 
 # Another name lets a second test run share the machine with one in progress.
 CLUSTER = os.environ.get("GPUCLUS_TEST_CLUSTER", "itcl")
-# The sandbox nodes' OS (`sandbox up --os`): .ci/run runs the suite on Debian 12 and its core on Debian 13, side by side.
+# The sandbox nodes' OS (`sandbox up --os`): .ci/run runs the suite on Debian 12 and its core on Debian 13
+# side by side.
 NODE_OS = os.environ.get("GPUCLUS_TEST_OS", DEFAULT_OS)
 if NODE_OS not in OSES:
     raise ValueError(f"GPUCLUS_TEST_OS={NODE_OS!r}: use one of {', '.join(OSES)}")
@@ -58,8 +59,8 @@ def _wheelhouse() -> Path | None:
 # None: no wheelhouse (or none for the nodes' Python); the sandbox's spec then has the
 # pytorch phase off, and the tests that need it skip with a reason (fail under CI on Debian 12).
 WHEELHOUSE = _wheelhouse()
-# A fixed subnet for a run that starts beside other sandboxes being made (.ci/run's three lanes run
-# next to molecule): two `up`s picking the first free /24 at the same moment would pick the same one.
+# A fixed subnet for a run that starts beside other sandboxes being made (.ci/run's three lanes
+# make theirs at once): two `up`s picking the first free /24 at the same moment would pick the same one.
 SUBNET = os.environ.get("GPUCLUS_TEST_SUBNET")
 SANDBOX_UP = (
     ("sandbox", "up", "--name", CLUSTER, "--nodes", "3", "--gpus-per-node", "2", "--os", NODE_OS)
