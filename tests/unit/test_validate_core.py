@@ -1741,6 +1741,10 @@ class FakeChannel:
     def exit_status_ready(self) -> bool:
         return self.status is not None
 
+    @property
+    def eof_received(self) -> bool:
+        return self.status is not None and not self.stdout and not self.stderr
+
     def recv_exit_status(self) -> int:
         assert self.status is not None
         return self.status

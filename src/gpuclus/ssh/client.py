@@ -221,8 +221,12 @@ def open_channel(client: Any, timeout: float, peer: str = "the node") -> Any:
 
 def run(client: Any, command: str, timeout: float = 60.0) -> CommandResult:
     _stdin, stdout, stderr = client.exec_command(command, timeout=timeout)
+    # Output first, to its end of file, then the status: the status can arrive
+    # before the last output, and a command whose output fills the channel's
+    # window would wait for a reader that is waiting for its exit.
+    out, err = stdout.read(), stderr.read()
     status = stdout.channel.recv_exit_status()
-    return CommandResult(status, stdout.read().decode(errors="replace"), stderr.read().decode(errors="replace"))
+    return CommandResult(status, out.decode(errors="replace"), err.decode(errors="replace"))
 
 
 def run_once(target: SshTarget, command: str, *, timeout: float = 60.0, attempts: int = 1) -> CommandResult:

@@ -55,8 +55,18 @@ class Remote:
         self._client.close()
 
 
+# sshd sends the exit status when the command's process ends, which can be
+# before the last of its output has crossed the connection (and a background
+# child may hold the output open longer): stopping at the exit status cut long
+# outputs short now and then (a node exporter page without its last lines).
+# So reading goes on to the channel's end of file, but waits no longer than
+# this for it after the exit status once nothing more arrives.
+AFTER_EXIT_WAIT_S = 2.0
+
+
 def _collect(channel: Any, deadline: float) -> CommandResult:
     stdout, stderr = bytearray(), bytearray()
+    last_news: float | None = None  # the exit status's arrival, or later output's
     while True:
         progressed = False
         while channel.recv_ready():
@@ -65,10 +75,15 @@ def _collect(channel: Any, deadline: float) -> CommandResult:
         while channel.recv_stderr_ready():
             stderr += channel.recv_stderr(65536)
             progressed = True
-        if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
-            status = channel.recv_exit_status()
-            break
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if channel.exit_status_ready():
+            last_news = now if last_news is None or progressed else last_news
+            drained = not channel.recv_ready() and not channel.recv_stderr_ready()
+            ended = channel.eof_received or channel.closed or now - last_news > AFTER_EXIT_WAIT_S
+            if drained and ended:
+                status = channel.recv_exit_status()
+                break
+        if now > deadline:
             status = TIMED_OUT
             stderr += b"\n(gpuclus: the command did not finish in time and was cut off)"
             break
