@@ -14,8 +14,9 @@ from gpuclus.cli.main import app
 from gpuclus.cli.spec import deploy_refusals
 from gpuclus.spec.checks import CODES
 from gpuclus.spec.findings import Severity
-from gpuclus.spec.load import _first_model, load_spec
+from gpuclus.spec.load import load_spec
 from gpuclus.spec.models import ClusterSpec, Containers
+from gpuclus.spec.schema_findings import first_model
 
 SPEC_DOC = Path(__file__).resolve().parents[2] / "docs" / "spec.md"
 
@@ -25,7 +26,7 @@ def _field_names(model: type[BaseModel], prefix: str = "") -> list[str]:
     for name, info in model.model_fields.items():
         key = info.alias or name
         names.append(key)
-        nested = _first_model(info.annotation)
+        nested = first_model(info.annotation)
         if nested is not None:
             names.extend(_field_names(nested, f"{prefix}{key}."))
     return names
