@@ -55,7 +55,7 @@ fi
 #     quickstart on Debian 13 nodes;
 #   C (background) the unit tests, the molecule scenarios (each role alone on
 #     Debian 12 nodes: munge + slurm, nfs, prometheus, nvidia with Debian's
-#     real driver packages on a node where no module can load, enroot), then
+#     real driver packages on a node where no module can load, enroot, users), then
 #     the README's quickstart as it stands (Debian 12 nodes).
 # Each lane's sandboxes have subnets of their own, so two `sandbox up`s never
 # pick the same one. Lanes B and C print their output when A is done.
@@ -92,7 +92,7 @@ lane_b=$!
   status=0
   step "lane C: pytest, unit tests"
   pytest --durations=15 -p no:cacheprovider tests/unit || status=1
-  for scenario in slurm nfs prometheus nvidia enroot; do
+  for scenario in slurm nfs prometheus nvidia enroot users; do
     step "lane C: molecule $scenario (converge, idempotence, verify)"
     GPUCLUS_MOLECULE_SUBNET=10.213.150.0/24 molecule test -s "$scenario" || status=1
   done
