@@ -155,6 +155,8 @@ def test_a_missing_account_is_named_with_the_accounts_there_are() -> None:
     finding = next(f for f in load_users_text(_edit("    account: nlp\n", "    account: speech\n")).findings)
     assert finding.message == "user 'bob' names account 'speech', which `accounts` does not list"
     assert finding.hint == "accounts: nlp, vision"
+    close = next(f for f in load_users_text(_edit("    account: nlp\n", "    account: nlpp\n")).findings)
+    assert close.hint == "did you mean 'nlp'? (accounts: nlp, vision)"
 
 
 @pytest.mark.parametrize(
@@ -237,3 +239,38 @@ def test_docs_describe_every_field_and_code() -> None:
     codes |= {f"duplicate-{one}" for one in checks._ONE.values()}
     assert len(codes) > 15
     assert not [code for code in sorted(codes) if f"`{code}`" not in text], "docs/users.md lacks a finding code"
+
+
+def test_users_check_prints_each_finding_and_exits_3(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from gpuclus.cli.main import app
+
+    runner = CliRunner()
+    good = tmp_path / "users.yaml"
+    good.write_text(GOOD + "  - name: carol\n    uid: 2003\n    account: nlp\n    removed: true\n")
+    result = runner.invoke(app, ["users", "check", str(good)])
+    assert result.exit_code == 0, result.output
+    assert "valid — 2 users, 1 removed user, 2 accounts (no problems)" in result.output
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(_edit("    account: nlp\n", "    account: nlpp\n"))
+    result = runner.invoke(app, ["users", "check", str(bad)])
+    assert result.exit_code == 3
+    line = _line(bad.read_text(), "account: nlpp")
+    assert f"{bad}:{line}:14: error[unknown-account] users[1].account:" in result.output
+    assert "hint: did you mean 'nlp'?" in result.output
+
+    report = json.loads(runner.invoke(app, ["users", "check", str(bad), "--json"]).stdout)
+    assert report["ok"] is False and report["counts"]["error"] == 1
+    assert [(f["code"], f["line"]) for f in report["findings"]] == [("unknown-account", line)]
+
+    warned = tmp_path / "warned.yaml"
+    warned.write_text(GOOD + "  - name: dave\n    uid: 2004\n    account: nlp\n")
+    assert runner.invoke(app, ["users", "check", str(warned)]).exit_code == 0
+    assert runner.invoke(app, ["users", "check", str(warned), "--strict"]).exit_code == 3
+
+    missing = runner.invoke(app, ["users", "check", str(tmp_path / "none.yaml")])
+    assert missing.exit_code == 2 and "no such file" in missing.output

@@ -30,6 +30,7 @@ from gpuclus.cli import runs as runs_cli
 from gpuclus.cli import sandbox as sandbox_cli
 from gpuclus.cli import spec as spec_cli
 from gpuclus.cli import status as status_cli
+from gpuclus.cli import users as users_cli
 from gpuclus.cli import validate as validate_cli
 from gpuclus.errors import ExitCode, GpuclusError
 from gpuclus.output import Output
@@ -86,6 +87,7 @@ app.command("validate", epilog=EPILOG)(validate_cli.validate)
 app.command("status", epilog=EPILOG)(status_cli.status)
 app.add_typer(image_cli.app, name="image")
 app.command("reset", epilog=EPILOG)(reset_cli.reset)
+app.add_typer(users_cli.app, name="users")
 
 
 def main(argv: list[str] | None = None) -> int:

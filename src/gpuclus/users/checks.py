@@ -7,6 +7,7 @@ docs/users.md; never rename one, only add new ones.
 
 from __future__ import annotations
 
+import difflib
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import TypeVar
@@ -165,7 +166,7 @@ def known_references(users: UsersFile) -> list[Finding]:
                     "unknown-account",
                     f"user {user.name!r} names account {user.account!r}, which `accounts` does not list",
                     ("users", i, "account"),
-                    hint="accounts: " + ", ".join(sorted(accounts)),
+                    hint=_choices(user.account, accounts, "accounts"),
                 )
             )
     for i, account in enumerate(users.accounts):
@@ -176,7 +177,7 @@ def known_references(users: UsersFile) -> list[Finding]:
                         "unknown-qos",
                         f"account {account.name!r} names QoS {name!r}, which `qos` does not list",
                         ("accounts", i, "qos", j),
-                        hint="QoS: " + ", ".join(sorted(qos)),
+                        hint=_choices(name, qos, "QoS"),
                     )
                 )
         if not account.qos:
@@ -184,6 +185,12 @@ def known_references(users: UsersFile) -> list[Finding]:
                 error("no-qos", f"account {account.name!r} allows no QoS", ("accounts", i, "qos"), hint="list 'normal'")
             )
     return findings
+
+
+def _choices(given: str, names: set[str], what: str) -> str:
+    close = difflib.get_close_matches(given, sorted(names), n=1)
+    listed = f"{what}: {', '.join(sorted(names))}"
+    return f"did you mean {close[0]!r}? ({listed})" if close else listed
 
 
 @_check
