@@ -46,7 +46,9 @@ def deployed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRe
             {node: _installed(spec, address) for node, address in addresses.items()} if check_runs else {}
         )
         started = time.monotonic()
-        first = gpuclus("deploy", str(spec), "--json")
+        # A hang guard, not a time limit: with three lanes on two cores a fresh deploy with containers and
+        # PyTorch came close to 20 min (the whole fixture takes about 13 alone); 40 leave room, still no hang.
+        first = gpuclus("deploy", str(spec), "--json", timeout=2400)
         first_seconds = time.monotonic() - started
         assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
         started = time.monotonic()

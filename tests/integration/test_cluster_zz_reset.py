@@ -70,7 +70,7 @@ def test_reset_removes_gpuclus_keeps_user_data_and_deploy_builds_it_again(deploy
     assert json.loads(again.stdout)["changed"] == 0, "a second reset must change nothing"
 
     started = time.monotonic()
-    redeploy = gpuclus("deploy", str(deployed.spec), "--json")
+    redeploy = gpuclus("deploy", str(deployed.spec), "--json", timeout=2400)  # a fresh deploy: see conftest.py
     redeploy_s = time.monotonic() - started
     assert redeploy.returncode == 0, redeploy.stdout[-4000:] + redeploy.stderr[-4000:]
     hostnames = deployed.on(HEAD, "srun -N2 --ntasks-per-node=1 hostname", timeout=180).stdout.split()
