@@ -48,7 +48,7 @@ fi
 #   B (background) the cluster suite's core on Debian 13 nodes (Slurm 24.11):
 #     deploy, a re-deploy changing nothing, check mode, jobs, NFS, containers,
 #     drift, monitoring, validate healthy and after faults, health check,
-#     failover, reset (there, not in A, to even out the lanes' lengths: A is
+#     failover, users, reset (there, not in A, to even out the lanes' lengths: A is
 #     the longer one); then the tests with sandboxes of their own (deploy engine,
 #     deploy faults, sandbox lifecycle, docker, two directories, a mixed Debian
 #     13/12 sandbox, image build); then the README's

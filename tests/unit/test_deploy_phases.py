@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpuclus.deploy.phases import ORDER, Phase, PhaseChoice, parse_phase_list, select_phases, wanted_phases
@@ -48,7 +50,16 @@ def reasons(found: list[PhaseChoice]) -> dict[str, str]:
 
 
 def test_order_is_the_deploy_order() -> None:
-    assert [phase.value for phase in ORDER] == ["base", "nfs", "nvidia", "slurm", "containers", "pytorch", "monitoring"]
+    assert [phase.value for phase in ORDER] == [
+        "base",
+        "nfs",
+        "users",
+        "nvidia",
+        "slurm",
+        "containers",
+        "pytorch",
+        "monitoring",
+    ]
 
 
 # wanted_phases -----------------------------------------------------------------------
@@ -57,7 +68,7 @@ def test_order_is_the_deploy_order() -> None:
 def test_sandbox_like_spec_has_no_nvidia_phase() -> None:
     run, skip = choices(SANDBOX)
     assert names(run) == ["base", "nfs", "slurm", "monitoring"]
-    assert names(skip) == ["nvidia", "containers", "pytorch"]
+    assert names(skip) == ["users", "nvidia", "containers", "pytorch"]
     assert reasons(skip)["nvidia"] == "no real GPUs (none declared, or all fake)"
 
 
@@ -65,13 +76,13 @@ def test_fake_gpus_skip_nvidia_even_with_install_on() -> None:
     # fake-gpus-with-driver is a warning, so such a spec still deploys: without the nvidia phase.
     run, skip = choices(spec_text(gpus="{count: 2, fake: true}"))
     assert "nvidia" not in names(run)
-    assert names(skip) == ["nvidia", "containers", "pytorch"]
+    assert names(skip) == ["users", "nvidia", "containers", "pytorch"]
 
 
 def test_real_gpus_with_install_run_nvidia() -> None:
     run, skip = choices(spec_text(CONTAINERS_ON + PYTORCH_ON))
-    assert names(run) == ALL
-    assert skip == []
+    assert names(run) == [phase for phase in ALL if phase != "users"]
+    assert names(skip) == ["users"]
     assert reasons(run) == {
         "base": "always: hosts, time, packages, SSH trust",
         "nfs": "nfs.exports is set",
@@ -91,7 +102,7 @@ def test_cuda_alone_is_enough_for_nvidia() -> None:
 def test_real_gpus_without_install_skip_nvidia() -> None:
     run, skip = choices(spec_text(NO_INSTALL))
     assert "nvidia" not in names(run)
-    assert names(skip) == ["nvidia", "containers", "pytorch"]
+    assert names(skip) == ["users", "nvidia", "containers", "pytorch"]
 
 
 def test_real_gpus_without_install_say_why_nvidia_is_skipped() -> None:
@@ -104,6 +115,7 @@ def test_real_gpus_without_install_say_why_nvidia_is_skipped() -> None:
 def test_no_gpus_at_all_skip_nvidia() -> None:
     _, skip = choices(spec_text(gpus=None))
     assert reasons(skip) == {
+        "users": "no users.file",
         "nvidia": "no real GPUs (none declared, or all fake)",
         "containers": "containers off",
         "pytorch": "pytorch and modules off",
@@ -160,7 +172,7 @@ def test_everything_off_keeps_base_and_slurm() -> None:
         )
     )
     assert names(run) == ["base", "slurm"]
-    assert names(skip) == ["nfs", "nvidia", "containers", "pytorch", "monitoring"]
+    assert names(skip) == ["nfs", "users", "nvidia", "containers", "pytorch", "monitoring"]
 
 
 # parse_phase_list ---------------------------------------------------------------------
@@ -188,7 +200,7 @@ def test_parse_phase_list_errors(text: str, bad: str) -> None:
     with pytest.raises(UsageError) as caught:
         parse_phase_list(text, "--skip")
     assert caught.value.message == f"--skip {bad!r} is not a phase"
-    assert caught.value.hint == "phases: base, nfs, nvidia, slurm, containers, pytorch, monitoring"
+    assert caught.value.hint == "phases: base, nfs, users, nvidia, slurm, containers, pytorch, monitoring"
     assert caught.value.exit_code == ExitCode.USAGE
 
 
@@ -231,3 +243,14 @@ def test_only_an_unneeded_phase(sandbox_phases: list[PhaseChoice]) -> None:
         select_phases(sandbox_phases, {Phase.NVIDIA, Phase.BASE}, set())
     assert caught.value.message == "--only nvidia: the spec does not use that phase"
     assert caught.value.hint is not None and "gpuclus deploy --help" in caught.value.hint
+
+
+def test_a_users_file_runs_the_users_phase_after_nfs(tmp_path: Path) -> None:
+    users = tmp_path / "users.yaml"
+    users.write_text("apiVersion: gpuclus/v1\nkind: Users\naccounts: [{name: lab}]\nusers: []\n")
+    loaded = load_spec_text(spec_text(f"users: {{file: {users}}}\n"))
+    assert loaded.ok and loaded.spec is not None and loaded.topology is not None
+    assert loaded.users is not None and loaded.users.accounts[0].name == "lab"
+    run, _skip = wanted_phases(loaded.spec, loaded.topology)
+    assert names(run)[:3] == ["base", "nfs", "users"]
+    assert reasons(run)["users"] == "users.file is set"

@@ -168,7 +168,8 @@ def test_a_missing_account_is_named_with_the_accounts_there_are() -> None:
         ("ssh-ed25519", "no key after it"),
         ("ssh-ed25519 not*base64", "not base64"),
         (public_key("ssh-rsa").replace("ssh-rsa ", "ssh-ed25519 ", 1), "not a ssh-ed25519 key"),
-        (BOB_KEY + " caf\u00e9", "printable ASCII"),
+        (BOB_KEY + " caf\u00e9", "letters, digits"),
+        (BOB_KEY + ' {{ lookup("pipe", "id") }}', "letters, digits"),
     ],
 )
 def test_a_bad_ssh_key_is_refused_with_the_reason(key: str, why: str) -> None:

@@ -68,6 +68,7 @@ def render(
             source_name=spec.name,
             state_dir=state_dir,
             known_hosts=str(state.known_hosts),
+            users=loaded.users,
         )
         report = write_rendered(output_dir, files, force=force)
 

@@ -13,6 +13,7 @@ from gpuclus.spec.topology import Topology
 class Phase(enum.StrEnum):
     BASE = "base"
     NFS = "nfs"
+    USERS = "users"
     NVIDIA = "nvidia"
     SLURM = "slurm"
     CONTAINERS = "containers"
@@ -35,6 +36,10 @@ def wanted_phases(spec: ClusterSpec, topology: Topology) -> tuple[list[PhaseChoi
     needs = {
         Phase.BASE: (True, "always: hosts, time, packages, SSH trust"),
         Phase.NFS: (bool(spec.nfs.exports), "nfs.exports is set" if spec.nfs.exports else "no nfs.exports"),
+        Phase.USERS: (
+            spec.users.file is not None,
+            "users.file is set" if spec.users.file is not None else "no users.file",
+        ),
         Phase.NVIDIA: (
             bool(real_gpus) and (spec.nvidia.driver.install or spec.nvidia.cuda.install),
             "no real GPUs (none declared, or all fake)"

@@ -183,6 +183,7 @@ def render_for_run(request_spec: Path, loaded: LoadedSpec) -> dict[str, str]:
         source_name=request_spec.name,
         state_dir="../..",
         known_hosts=str(StateDir.beside(request_spec).known_hosts),
+        users=loaded.users,
     )
 
 

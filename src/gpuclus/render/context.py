@@ -23,6 +23,7 @@ from gpuclus.spec.models import ClusterSpec, Role
 from gpuclus.spec.software import index_url, nccl_environment, requirements, software_layout
 from gpuclus.spec.topology import Node, Topology, slurm_partitions
 from gpuclus.templating import GENERATED_HEADER
+from gpuclus.users.model import UsersFile
 
 # Inventory groups in the order hosts.yml lists them; roles map one to one.
 ROLE_GROUPS: tuple[tuple[str, str], ...] = (
@@ -44,7 +45,9 @@ GPU_GROUP = ("gpu", "has real NVIDIA GPUs; the nvidia phase installs the driver 
 _TEMPLATE_MARKERS = ("{{", "{%", "{#")
 
 
-def build_context(spec: ClusterSpec, topology: Topology, *, source_name: str, state_dir: str) -> dict[str, Any]:
+def build_context(
+    spec: ClusterSpec, topology: Topology, *, source_name: str, state_dir: str, users: UsersFile | None = None
+) -> dict[str, Any]:
     """Everything the templates under templates/render/ use, from a checked spec.
 
     ``source_name`` is the spec's file name (no directory) and ``state_dir``
@@ -78,6 +81,7 @@ def build_context(spec: ClusterSpec, topology: Topology, *, source_name: str, st
         "nvidia": _nvidia_vars(spec, topology),
         "containers": _containers_vars(spec, state_dir=state_dir),
         "pytorch": _pytorch_vars(spec, topology, state_dir=state_dir),
+        "users": _users_vars(users),
     }
     context: dict[str, Any] = {
         "header": GENERATED_HEADER.format(version=__version__, source=source_name),
@@ -87,6 +91,32 @@ def build_context(spec: ClusterSpec, topology: Topology, *, source_name: str, st
     }
     _refuse_templates(context["inventory"], context["group_vars"])
     return context
+
+
+def _users_vars(users: UsersFile | None) -> dict[str, Any]:
+    """users.yml: the users file's users and extra groups, as the users role takes them (empty without a file).
+
+    Every key is written out, defaults included, so the role and `gpuclus plan`
+    see the whole of each user.
+    """
+    if users is None:
+        return {"gpuclus_users": [], "gpuclus_users_groups": []}
+    return {
+        "gpuclus_users": [
+            {
+                "name": user.name,
+                "uid": user.uid,
+                "gid": user.gid if user.gid is not None else user.uid,
+                "groups": list(user.groups),
+                "shell": user.shell,
+                "ssh_keys": [" ".join(key.split()) for key in user.ssh_keys],
+                "admin": user.admin,
+                "removed": user.removed,
+            }
+            for user in users.users
+        ],
+        "gpuclus_users_groups": [{"name": group.name, "gid": group.gid} for group in users.groups],
+    }
 
 
 def _node_record(node: Node) -> dict[str, Any]:

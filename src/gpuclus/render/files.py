@@ -13,6 +13,7 @@ from gpuclus.render.context import build_context
 from gpuclus.spec.models import ClusterSpec
 from gpuclus.spec.topology import Topology
 from gpuclus.templating import render_template
+from gpuclus.users.model import UsersFile
 
 GROUP_VARS_DIR = "inventory/group_vars/all"
 ANSIBLE_CFG = "ansible.cfg"
@@ -29,6 +30,7 @@ RENDERED_FILES: tuple[str, ...] = (
     f"{GROUP_VARS_DIR}/nvidia.yml",
     f"{GROUP_VARS_DIR}/containers.yml",
     f"{GROUP_VARS_DIR}/pytorch.yml",
+    f"{GROUP_VARS_DIR}/users.yml",
 )
 
 
@@ -37,16 +39,23 @@ def template_name(path: str) -> str:
 
 
 def render_files(
-    spec: ClusterSpec, topology: Topology, *, source_name: str, state_dir: str, known_hosts: str
+    spec: ClusterSpec,
+    topology: Topology,
+    *,
+    source_name: str,
+    state_dir: str,
+    known_hosts: str,
+    users: UsersFile | None = None,
 ) -> dict[str, str]:
     """Relative path -> file text for every file in RENDERED_FILES.
 
     Pure: the same spec, ``source_name`` (the spec's file name), ``state_dir``
     (the spec's .gpuclus/ relative to the output directory) and
     ``known_hosts`` (the absolute path of its ssh/known_hosts) give
-    byte-identical text on any machine. Expects a spec that passed the checks.
+    byte-identical text on any machine; ``users`` is the users file the spec
+    names (LoadedSpec.users). Expects a spec that passed the checks.
     """
-    context = build_context(spec, topology, source_name=source_name, state_dir=state_dir)
+    context = build_context(spec, topology, source_name=source_name, state_dir=state_dir, users=users)
     # ansible.cfg comes from the settings table that a run's envvars come from too.
     table = ansible_settings.settings(host_count=len(topology.nodes), state_dir=state_dir, known_hosts=known_hosts)
     cfg_context = {"header": context["header"], "sections": ansible_settings.cfg_sections(table)}

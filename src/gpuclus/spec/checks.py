@@ -1027,6 +1027,46 @@ def login_node(view: SpecView) -> list[Finding]:
 
 # Every finding code gpuclus can report, with its level and a one-line summary.
 # docs/spec.md lists them and tests/unit/test_checks.py keeps a fixture for each.
+@_check(("users", "file"), ("cluster", "admin_user"))
+def users_file(view: SpecView) -> list[Finding]:
+    """The users file the spec names: readable, free of errors, and not listing the admin user."""
+    from gpuclus.spec.document import SpecFileError
+    from gpuclus.users.load import load_users
+
+    value = view.spec.users.file
+    if value is None:
+        return []
+    loc: Loc = ("users", "file")
+    path = view.control_path(value)
+    try:
+        loaded = load_users(path)
+    except SpecFileError as problem:
+        return [error("users-file-missing", f"users.file: {problem}", loc, hint=problem.hint)]
+    errors = [finding for finding in loaded.findings if finding.severity is Severity.ERROR]
+    if errors:
+        first = errors[0]
+        return [
+            error(
+                "users-file-invalid",
+                f"{value} has {len(errors)} error(s); the first, line {first.line}: {first.path}: {first.message}",
+                loc,
+                hint=f"`gpuclus users check {shlex.quote(_shown(path))}` lists them all with their lines",
+            )
+        ]
+    admin = view.spec.cluster.admin_user
+    assert loaded.users is not None
+    if any(user.name == admin for user in loaded.users.users):
+        return [
+            error(
+                "users-admin-user",
+                f"{value} lists {admin!r}, the admin user gpuclus logs in as",
+                loc,
+                hint="leave the admin user out of the users file: gpuclus' own access is not the users file's",
+            )
+        ]
+    return []
+
+
 CODES: dict[str, tuple[Severity, str]] = {
     # Reading the file
     "empty-file": (Severity.ERROR, "the file is empty or holds only comments"),
@@ -1091,4 +1131,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "fake-gpus-with-driver": (Severity.WARNING, "driver install on nodes with fake GPUs"),
     "cuda-without-driver": (Severity.INFO, "CUDA installed without the driver"),
     "no-login-node": (Severity.INFO, "no login node; the controller serves as one"),
+    "users-file-missing": (Severity.ERROR, "users.file cannot be read"),
+    "users-file-invalid": (Severity.ERROR, "users.file has errors"),
+    "users-admin-user": (Severity.ERROR, "the users file lists the admin user"),
 }

@@ -709,6 +709,23 @@ class Network(_Model):
     nics_per_node: int = Field(default=1, ge=1, le=16, description="NICs per node used for GPU traffic.")
 
 
+class Users(_Model):
+    file: str | None = Field(
+        default=None,
+        description="The users file (absolute, or relative to the spec's directory): the cluster's users, their "
+        "groups, SSH keys and Slurm accounts (docs/users.md). Its users are created on every node by the users "
+        "phase; none when left out.",
+    )
+
+    @field_validator("file")
+    @classmethod
+    def _control_path(cls, value: str | None) -> str | None:
+        problem = None if value is None else control_path_problem(value)
+        if problem:
+            raise ValueError(f"{value!r} {problem}")
+        return value
+
+
 class ClusterSpec(_Model):
     """The whole cluster: what `gpuclus deploy` builds and `gpuclus validate` checks."""
 
@@ -725,3 +742,4 @@ class ClusterSpec(_Model):
     network: Network = Field(default_factory=Network)
     modules: Modules = Field(default_factory=Modules)
     pytorch: PyTorch = Field(default_factory=PyTorch)
+    users: Users = Field(default_factory=Users)

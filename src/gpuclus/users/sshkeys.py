@@ -23,8 +23,10 @@ KEY_TYPES = (
     "sk-ssh-ed25519@openssh.com",
     "sk-ecdsa-sha2-nistp256@openssh.com",
 )
-# Printable text without control characters; a newline would start a second line.
-_COMMENT = re.compile(r"^[\x20-\x7e]{0,200}$")
+# What comments hold (user@host, a date, a note): no control characters (a
+# newline would start a second line), and no braces or '%', which Ansible
+# would read as a template when the key reaches the nodes.
+_COMMENT = re.compile(r"^[A-Za-z0-9 @._+:/=,()-]{0,200}$")
 
 
 def key_problem(line: str) -> str | None:
@@ -49,7 +51,7 @@ def key_problem(line: str) -> str | None:
     if _blob_type(blob) != kind:
         return f"says {kind} but the key itself is not a {kind} key (cut short or pasted wrong?)"
     if len(parts) == 3 and not _COMMENT.fullmatch(parts[2]):
-        return "has a comment with characters other than printable ASCII"
+        return "has a comment with characters other than letters, digits, spaces and @._+:/=,()-"
     return None
 
 
