@@ -410,6 +410,14 @@ def control_path_problem(value: str) -> str | None:
     return None
 
 
+def _control_path(value: str | None) -> str | None:
+    """A field validator: a path on the machine running gpuclus, or None."""
+    problem = None if value is None else control_path_problem(value)
+    if problem:
+        raise ValueError(f"{value!r} {problem}")
+    return value
+
+
 def container_image_problem(value: str) -> str | None:
     """What is wrong with an image for `srun --container-image`, or None.
 
@@ -501,13 +509,7 @@ class Containers(_Model):
         "a squashfs file on every compute node, written as a path starting with '/' or './'.",
     )
 
-    @field_validator("artifacts_dir", "credentials_file")
-    @classmethod
-    def _control_path(cls, value: str | None) -> str | None:
-        problem = None if value is None else control_path_problem(value)
-        if problem:
-            raise ValueError(f"{value!r} {problem}")
-        return value
+    _paths_on_control_machine = field_validator("artifacts_dir", "credentials_file")(_control_path)
 
     @field_validator("validate_image")
     @classmethod
@@ -692,13 +694,7 @@ class PyTorch(_Model):
     )
     _versions_are_text = field_validator("version", "numpy_version", mode="before")(_version_text)
 
-    @field_validator("wheelhouse")
-    @classmethod
-    def _control_path(cls, value: str | None) -> str | None:
-        problem = None if value is None else control_path_problem(value)
-        if problem:
-            raise ValueError(f"{value!r} {problem}")
-        return value
+    _paths_on_control_machine = field_validator("wheelhouse")(_control_path)
 
 
 class Network(_Model):
@@ -717,13 +713,7 @@ class Users(_Model):
         "phase; none when left out.",
     )
 
-    @field_validator("file")
-    @classmethod
-    def _control_path(cls, value: str | None) -> str | None:
-        problem = None if value is None else control_path_problem(value)
-        if problem:
-            raise ValueError(f"{value!r} {problem}")
-        return value
+    _path_on_control_machine = field_validator("file")(_control_path)
 
 
 class ClusterSpec(_Model):
