@@ -157,11 +157,14 @@ def _partition_groups(ctx: Context) -> list[list[Node]]:
 # merged in (on stderr, as log lines); every File= it names must be a
 # character device on the node. When one is missing it waits ~20 s for it and
 # then says "fatal: can't stat gres.conf file /dev/nvidiaN" instead.
-# Slurm 24.11's `slurmd -G`, run as a job's user, now and then dies of SIGPIPE
-# (exit 141) before it prints the GRES lines (seen on Debian 13, about one run
-# in ten): asked up to three times before the node is said to list none.
+# Slurm 24.11's `slurmd -G`, run inside a job, asks the node's slurmstepd
+# something it does not know ("Unrecognized request: 50"), the step daemon hangs
+# up, and the next write kills slurmd -G with SIGPIPE (exit 141) before it
+# prints the GRES lines: 24 of 80 runs on a Debian 13 sandbox node. With SIGPIPE
+# ignored the write fails instead and the lines come: 80 of 80. The three tries
+# stay for anything else that makes it print nothing.
 _GRES_PROBE = (
-    "for try in 1 2 3; do "
+    "trap '' PIPE; for try in 1 2 3; do "
     'gres=$(PATH=$PATH:/usr/sbin slurmd -G 2>&1 | grep -E "Gres Name=gpu|can\'t stat gres.conf"); '
     "[ -n \"$gres\" ] && break; done; printf '%s\\n' \"$gres\"; echo '--devices--'; "
     'for f in /dev/nvidia[0-9]*; do [ -c "$f" ] && echo "$f"; done; true'
