@@ -11,10 +11,12 @@ once in a while on the sandbox (no slurm_* lines, the page's last ones).
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import paramiko
@@ -77,7 +79,9 @@ def host_key(tmp_path: Path) -> Path:
     return key
 
 
-def _connected(server: ScriptedServer, host_key: Path) -> tuple[paramiko.SSHClient, list[paramiko.Transport]]:
+@contextlib.contextmanager
+def _connected(server: ScriptedServer, host_key: Path) -> Iterator[paramiko.SSHClient]:
+    """A client logged in to ``server`` on loopback; both ends closed afterwards."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
@@ -98,18 +102,18 @@ def _connected(server: ScriptedServer, host_key: Path) -> tuple[paramiko.SSHClie
     )
     accepting.join(10)
     listener.close()
-    return client, transports
-
-
-def test_remote_reads_output_that_arrives_after_the_exit_status(host_key: Path) -> None:
-    server = ScriptedServer(pause_after_exit_s=0.5, send_eof=True)
-    client, transports = _connected(server, host_key)
     try:
-        answer = Remote(client).run("curl -fsS http://head:9100/metrics", timeout=20)
+        yield client
     finally:
         client.close()
         for transport in transports:
             transport.close()
+
+
+def test_remote_reads_output_that_arrives_after_the_exit_status(host_key: Path) -> None:
+    server = ScriptedServer(pause_after_exit_s=0.5, send_eof=True)
+    with _connected(server, host_key) as client:
+        answer = Remote(client).run("curl -fsS http://head:9100/metrics", timeout=20)
     assert server.commands == [b"curl -fsS http://head:9100/metrics"]
     assert answer.exit_status == 0
     assert answer.stdout == (FIRST + LAST).decode()
@@ -119,26 +123,17 @@ def test_remote_reads_output_that_arrives_after_the_exit_status(host_key: Path) 
 def test_remote_stops_waiting_for_the_end_of_file_soon_after_the_exit_status(host_key: Path) -> None:
     # A background child that keeps the output open: the exit status counts, with what came by then.
     server = ScriptedServer(pause_after_exit_s=60, send_eof=False)
-    client, transports = _connected(server, host_key)
-    started = time.monotonic()
-    try:
+    with _connected(server, host_key) as client:
+        started = time.monotonic()
         answer = Remote(client).run("nohup sleep 60 &", timeout=30)
-    finally:
-        client.close()
-        for transport in transports:
-            transport.close()
+        took = time.monotonic() - started
     assert answer.exit_status == 0
     assert answer.stdout == FIRST.decode()
-    assert AFTER_EXIT_WAIT_S <= time.monotonic() - started < AFTER_EXIT_WAIT_S + 5
+    assert AFTER_EXIT_WAIT_S <= took < AFTER_EXIT_WAIT_S + 5
 
 
 def test_one_shot_run_reads_output_that_arrives_after_the_exit_status(host_key: Path) -> None:
     server = ScriptedServer(pause_after_exit_s=0.5, send_eof=True)
-    client, transports = _connected(server, host_key)
-    try:
+    with _connected(server, host_key) as client:
         answer = run(client, "cat /etc/os-release", timeout=20)
-    finally:
-        client.close()
-        for transport in transports:
-            transport.close()
     assert (answer.exit_status, answer.stdout, answer.stderr) == (0, (FIRST + LAST).decode(), "warning\n")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -36,11 +36,18 @@ def handled(out: Output, extra: dict[str, Any] | None = None) -> Iterator[None]:
 
 def read_spec(path: Path) -> Any:
     """Load a spec with all its findings; an unreadable file becomes a GpuclusError (exit 2 or 3)."""
-    from gpuclus.spec.document import SpecFileError
     from gpuclus.spec.load import load_spec
 
+    return read_positioned_file(load_spec, path)
+
+
+def read_positioned_file(load: Callable[[Path], Any], path: Path) -> Any:
+    """``load(path)`` for a YAML file read with positions (the spec, the users file); an unreadable
+    file becomes a GpuclusError: exit 2 for how gpuclus was called, 3 for a file it cannot use."""
+    from gpuclus.spec.document import SpecFileError
+
     try:
-        return load_spec(path)
+        return load(path)
     except SpecFileError as problem:
         code = ExitCode.USAGE if problem.usage else ExitCode.SPEC_INVALID
         raise GpuclusError(str(problem), problem.hint, exit_code=code) from None

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from gpuclus.cli.common import JsonOption, handled
-from gpuclus.errors import ExitCode, GpuclusError, SpecInvalidError
+from gpuclus.cli.common import JsonOption, handled, read_positioned_file
+from gpuclus.errors import ExitCode, SpecInvalidError
 from gpuclus.output import Output, findings_summary, plural
 
 DEFAULT_USERS = Path("users.yaml")
@@ -31,16 +31,11 @@ def check(
     Exit 0 when the file is valid (warnings allowed unless --strict), 3 when it
     has errors, 2 when it cannot be read.
     """
-    from gpuclus.spec.document import SpecFileError
     from gpuclus.users.load import load_users
 
     out = Output(json_mode=json_mode)
     with handled(out, {"file": str(users_file)}):
-        try:
-            loaded = load_users(users_file)
-        except SpecFileError as problem:
-            code = ExitCode.USAGE if problem.usage else ExitCode.SPEC_INVALID
-            raise GpuclusError(str(problem), problem.hint, exit_code=code) from None
+        loaded = read_positioned_file(load_users, users_file)
         counts = findings_summary(loaded.findings)
         failed = counts["error"] > 0 or (strict and counts["warning"] > 0)
         users = loaded.users

@@ -28,12 +28,14 @@ from gpuclus.fileio import FileTooLargeError, NotRegularFileError, read_regular_
 from gpuclus.spec import hostlist
 from gpuclus.spec.credentials import MAX_BYTES as CREDENTIALS_MAX_BYTES
 from gpuclus.spec.credentials import credentials_problems
+from gpuclus.spec.document import SpecFileError
 from gpuclus.spec.failover import STATE_SUBDIR, backup_controller, default_state_dir
 from gpuclus.spec.findings import Finding, Loc, Severity, error, info, warning
 from gpuclus.spec.grammar import address_problem, full_match
 from gpuclus.spec.models import ClusterSpec, NodeEntry, Role
 from gpuclus.spec.software import outside_share
 from gpuclus.spec.topology import Node, Topology
+from gpuclus.users.load import load_users
 
 # The parts of a spec the checks name in ``needs``: a pydantic loc prefix each.
 NODES: Loc = ("nodes",)
@@ -1030,9 +1032,6 @@ def login_node(view: SpecView) -> list[Finding]:
 @_check(("users", "file"), ("cluster", "admin_user"))
 def users_file(view: SpecView) -> list[Finding]:
     """The users file the spec names: readable, free of errors, and not listing the admin user."""
-    from gpuclus.spec.document import SpecFileError
-    from gpuclus.users.load import load_users
-
     value = view.spec.users.file
     if value is None:
         return []
