@@ -1,12 +1,23 @@
-"""The users phase on the deployed sandbox (issue 19, part 1): the users file's users on every node.
+"""Users and Slurm accounts on the deployed sandbox (issue 19): one users file, logins, limits, fairshare.
 
-The spec is given `users: {file: users.yaml}` beside it, with two users whose
-key pairs this test makes. `gpuclus deploy --only users` creates them; each
-logs in over SSH with their own key on every node (gpuclus' SSH client, host
-keys checked against the cluster's known_hosts) and has the same uid there;
-a second run changes nothing; bob marked removed can no longer log in while
-alice still can. The spec is restored afterwards (the accounts stay on the
-nodes, bob locked), so the tests after this one see the cluster they expect.
+The spec is given `users: {file: users.yaml}` beside it (and a 1-minute
+PriorityCalcPeriod, so fairshare moves within the test), with three users
+whose key pairs this test makes. `gpuclus deploy --only slurm,users` turns on
+Slurm's enforcement and writes the accounts. Then, for real:
+- each user logs in over SSH with their own key on every node (gpuclus' SSH
+  client, host keys checked) and has the same uid there; a job's output lands
+  in its user's home;
+- alice, capped at 1 GPU, gets her second GPU job PENDING with Slurm's
+  AssocGrpGRES while the first runs; a local user the file does not know
+  cannot submit;
+- after alice's usage her fairshare is below carol's, who ran nothing;
+- a second users phase changes nothing;
+- bob marked removed: his running job is cancelled, his submissions refused,
+  his logins refused, while alice still logs in.
+The spec is restored afterwards. The accounts and associations stay, and so
+does slurm.conf's enforcement until the next slurm phase; gpuclus' admin user
+has an association (root account), so the tests after this one run jobs as
+before.
 
 Integration only (`.ci/run`, as root): it uses the session's deployed sandbox.
 """
@@ -17,13 +28,14 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cluster_helpers import GPU1, GPU2, HEAD, Cluster, gpuclus
 
-from gpuclus.ssh.client import SshFailure, SshTarget, connect, run
+from gpuclus.ssh.client import CommandResult, SshFailure, SshTarget, connect, run
 from gpuclus.state import StateDir
 
 pytestmark = [
@@ -38,8 +50,15 @@ def users_text(keys: dict[str, str], *, bob_removed: bool) -> str:
     return f"""\
 apiVersion: gpuclus/v1
 kind: Users
+qos:
+  - name: debug
+    priority: 100
+    max_wall: "30"
 accounts:
   - name: lab
+    fairshare: 2
+    qos: [normal, debug]
+  - name: nlp
 groups:
   - name: datasets
     gid: 3000
@@ -49,6 +68,7 @@ users:
     groups: [datasets]
     ssh_keys: ["{keys["alice"]}"]
     account: lab
+    gpus: 1
     admin: true
   - name: bob
     uid: 2002
@@ -56,60 +76,134 @@ users:
     ssh_keys: ["{keys["bob"]}"]
     account: lab
     removed: {str(bob_removed).lower()}
+  - name: carol
+    uid: 2003
+    ssh_keys: ["{keys["carol"]}"]
+    account: nlp
 """
 
 
-def deploy_users(cluster: Cluster) -> dict[str, Any]:
+def deploy_users(cluster: Cluster, phases: str = "users") -> dict[str, Any]:
     started = time.monotonic()
-    result = gpuclus("deploy", str(cluster.spec), "--only", "users", "--json")
-    print(f"\nusers phase of 3 nodes: {time.monotonic() - started:.0f} s")
+    result = gpuclus("deploy", str(cluster.spec), "--only", phases, "--json")
+    print(f"\n{phases} phase(s) of 3 nodes: {time.monotonic() - started:.0f} s")
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     report: dict[str, Any] = json.loads(result.stdout)
     assert report["status"] == "successful"
     return report
 
 
-def login(cluster: Cluster, node: str, user: str, key: Path) -> str:
-    """`id -un; id -u` as ``user`` on ``node`` over SSH with the user's own key."""
+def as_user(cluster: Cluster, node: str, user: str, key: Path, command: str) -> CommandResult:
+    """``command`` as ``user`` on ``node`` over SSH with the user's own key."""
     target = SshTarget(cluster.addresses[node], user, key, StateDir.beside(cluster.spec).known_hosts)
     client = connect(target)
     try:
-        result = run(client, "id -un; id -u; id -Gn", timeout=30)
+        return run(client, command, timeout=60)
     finally:
         client.close()
+
+
+def login(cluster: Cluster, node: str, user: str, key: Path) -> str:
+    """`id -un; id -u; id -Gn` as ``user`` on ``node``, logged in with the user's own key."""
+    result = as_user(cluster, node, user, key, "id -un; id -u; id -Gn")
     assert result.exit_status == 0, result.stderr
     return result.stdout
 
 
-def test_users_from_the_users_file_log_in_on_every_node_and_a_removed_one_cannot(
+def job_states(cluster: Cluster, user: str) -> dict[str, tuple[str, str]]:
+    """The user's jobs in the queue: id -> (state, reason)."""
+    lines = cluster.on(HEAD, f"squeue --noheader --user={user} --format='%i %T %r'").stdout.splitlines()
+    return {words[0]: (words[1], words[2]) for words in (line.split() for line in lines) if len(words) == 3}
+
+
+def wait_for(what: str, probe: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not probe():
+        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
+        time.sleep(3)
+
+
+def fairshare(cluster: Cluster) -> dict[str, float]:
+    """sshare's FairShare factor of each user association (1.0: no usage against its shares)."""
+    rows = cluster.on(HEAD, "sshare --all --parsable2 --noheader --format=User,FairShare").stdout.splitlines()
+    return {user.strip(): float(value) for user, _, value in (row.partition("|") for row in rows) if user.strip()}
+
+
+GPU_JOB = "sbatch --parsable --gres=gpu:1 --time=5 --output=/dev/null --wrap 'sleep 240'"
+
+
+def test_users_log_in_everywhere_run_within_their_limits_and_a_removed_one_is_shut_out(
     deployed: Cluster, tmp_path: Path
 ) -> None:
     keys: dict[str, str] = {}
-    for name in ("alice", "bob"):
+    for name in ("alice", "bob", "carol"):
         subprocess.run(
             ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{name}@test", "-f", str(tmp_path / name)],
             check=True,
         )
         keys[name] = (tmp_path / f"{name}.pub").read_text().strip()
+    key = {name: tmp_path / name for name in keys}
     users_file = deployed.spec.parent / "users.yaml"
     original = deployed.spec.read_text()
+    assert "\nslurm:\n" in original
     users_file.write_text(users_text(keys, bob_removed=False))
-    deployed.spec.write_text(original + "users:\n  file: users.yaml\n")
+    deployed.spec.write_text(
+        original.replace("\nslurm:\n", "\nslurm:\n  priority_calc_period: 1\n", 1) + "users:\n  file: users.yaml\n"
+    )
     try:
         checked = gpuclus("spec", "check", str(deployed.spec))
         assert checked.returncode == 0, checked.stdout + checked.stderr
 
-        first = deploy_users(deployed)
+        first = deploy_users(deployed, "slurm,users")
         assert first["changed"] > 0
         for node in NODES:
-            entries = deployed.on(node, "getent passwd alice bob; getent group datasets").stdout.split()
+            entries = deployed.on(node, "getent passwd alice bob carol; getent group datasets").stdout.split()
             assert entries == [
                 "alice:x:2001:2001::/home/alice:/bin/bash",
                 "bob:x:2002:2102::/home/bob:/bin/bash",
+                "carol:x:2003:2003::/home/carol:/bin/bash",
                 "datasets:x:3000:alice",
             ], f"{node}: {entries}"
-            assert login(deployed, node, "alice", tmp_path / "alice").split() == ["alice", "2001", "alice", "datasets"]
-            assert login(deployed, node, "bob", tmp_path / "bob").split() == ["bob", "2002", "bob"]
+            assert login(deployed, node, "alice", key["alice"]).split() == ["alice", "2001", "alice", "datasets"]
+            assert login(deployed, node, "bob", key["bob"]).split() == ["bob", "2002", "bob"]
+
+        # A job's output lands in its user's home, on the node that ran it.
+        ran = as_user(
+            deployed, HEAD, "carol", key["carol"], "cd && sbatch --wait --parsable -o out.txt --wrap 'id -un; pwd'"
+        )
+        assert ran.exit_status == 0, ran.stderr
+        outputs = [
+            deployed.on(node, "sudo cat /home/carol/out.txt 2>/dev/null || true").stdout for node in (GPU1, GPU2)
+        ]
+        assert "carol\n/home/carol\n" in outputs, outputs
+
+        # alice may hold one GPU: her second GPU job waits on her association's GrpTRES.
+        ids = [as_user(deployed, HEAD, "alice", key["alice"], GPU_JOB).stdout.strip() for _ in range(2)]
+        assert all(job.isdigit() for job in ids), ids
+        wait_for(
+            "alice's first GPU job RUNNING, her second PENDING with AssocGrpGRES",
+            lambda: job_states(deployed, "alice") == {ids[0]: ("RUNNING", "None"), ids[1]: ("PENDING", "AssocGrpGRES")},
+            60,
+        )
+        # bob's job runs beside it (his own cap is unset), until he is removed below.
+        bobs = as_user(deployed, HEAD, "bob", key["bob"], GPU_JOB).stdout.strip()
+        wait_for("bob's job RUNNING", lambda: job_states(deployed, "bob").get(bobs, ("",))[0] == "RUNNING", 60)
+
+        # A local user the users file does not know has no association: Slurm refuses the job.
+        deployed.on(HEAD, "sudo useradd --uid 2900 --create-home mallory")
+        try:
+            refused = deployed.on(HEAD, "sudo -u mallory sbatch --wrap true", check=False)
+        finally:
+            deployed.on(HEAD, "sudo userdel --remove mallory")
+        assert refused.exit_status != 0 and "Invalid account" in refused.stderr, refused.stderr
+
+        # Fairshare: alice's usage (recomputed every minute) lowers her factor below carol's.
+        wait_for(
+            "alice's fairshare below carol's after her usage",
+            lambda: (shares := fairshare(deployed)).get("alice", 1.0) < shares.get("carol", 0.0),
+            180,
+        )
+        print(f"\nfairshare after usage: {fairshare(deployed)}")
 
         again = deploy_users(deployed)
         changed = {host: stats["changed"] for host, stats in again["hosts"].items() if stats["changed"]}
@@ -117,12 +211,16 @@ def test_users_from_the_users_file_log_in_on_every_node_and_a_removed_one_cannot
 
         users_file.write_text(users_text(keys, bob_removed=True))
         deploy_users(deployed)
+        assert bobs not in job_states(deployed, "bob"), "bob's running job was not cancelled"
+        refused = deployed.on(HEAD, "sudo -u bob sbatch --wrap true", check=False)
+        assert refused.exit_status != 0 and "Invalid account" in refused.stderr, refused.stderr
         for node in (HEAD, GPU1):
             with pytest.raises(SshFailure):
-                login(deployed, node, "bob", tmp_path / "bob")
-            assert login(deployed, node, "alice", tmp_path / "alice").split()[:2] == ["alice", "2001"]
+                login(deployed, node, "bob", key["bob"])
+            assert login(deployed, node, "alice", key["alice"]).split()[:2] == ["alice", "2001"]
         kept = deployed.on(GPU2, "getent passwd bob; test -d /home/bob && echo home-kept").stdout.split()
         assert kept == ["bob:x:2002:2102::/home/bob:/usr/sbin/nologin", "home-kept"]
     finally:
+        deployed.on(HEAD, "for user in alice bob carol; do sudo scancel --user=$user; done", check=False)
         deployed.spec.write_text(original)
         users_file.unlink(missing_ok=True)

@@ -180,7 +180,7 @@ def test_unknown_phase_exits_two(tmp_path: Path) -> None:
     result = deploy(str(spec), "--only", "bogus")
     assert result.exit_code == 2, result.output
     assert "--only 'bogus' is not a phase" in result.stderr
-    assert "phases: base, nfs, users, nvidia, slurm, containers, pytorch, monitoring" in result.stderr
+    assert "phases: base, nfs, nvidia, slurm, users, containers, pytorch, monitoring" in result.stderr
     assert_nothing_prepared(spec)
 
 

@@ -53,9 +53,9 @@ def test_order_is_the_deploy_order() -> None:
     assert [phase.value for phase in ORDER] == [
         "base",
         "nfs",
-        "users",
         "nvidia",
         "slurm",
+        "users",
         "containers",
         "pytorch",
         "monitoring",
@@ -68,7 +68,7 @@ def test_order_is_the_deploy_order() -> None:
 def test_sandbox_like_spec_has_no_nvidia_phase() -> None:
     run, skip = choices(SANDBOX)
     assert names(run) == ["base", "nfs", "slurm", "monitoring"]
-    assert names(skip) == ["users", "nvidia", "containers", "pytorch"]
+    assert names(skip) == ["nvidia", "users", "containers", "pytorch"]
     assert reasons(skip)["nvidia"] == "no real GPUs (none declared, or all fake)"
 
 
@@ -76,7 +76,7 @@ def test_fake_gpus_skip_nvidia_even_with_install_on() -> None:
     # fake-gpus-with-driver is a warning, so such a spec still deploys: without the nvidia phase.
     run, skip = choices(spec_text(gpus="{count: 2, fake: true}"))
     assert "nvidia" not in names(run)
-    assert names(skip) == ["users", "nvidia", "containers", "pytorch"]
+    assert names(skip) == ["nvidia", "users", "containers", "pytorch"]
 
 
 def test_real_gpus_with_install_run_nvidia() -> None:
@@ -102,7 +102,7 @@ def test_cuda_alone_is_enough_for_nvidia() -> None:
 def test_real_gpus_without_install_skip_nvidia() -> None:
     run, skip = choices(spec_text(NO_INSTALL))
     assert "nvidia" not in names(run)
-    assert names(skip) == ["users", "nvidia", "containers", "pytorch"]
+    assert names(skip) == ["nvidia", "users", "containers", "pytorch"]
 
 
 def test_real_gpus_without_install_say_why_nvidia_is_skipped() -> None:
@@ -172,7 +172,7 @@ def test_everything_off_keeps_base_and_slurm() -> None:
         )
     )
     assert names(run) == ["base", "slurm"]
-    assert names(skip) == ["nfs", "users", "nvidia", "containers", "pytorch", "monitoring"]
+    assert names(skip) == ["nfs", "nvidia", "users", "containers", "pytorch", "monitoring"]
 
 
 # parse_phase_list ---------------------------------------------------------------------
@@ -200,7 +200,7 @@ def test_parse_phase_list_errors(text: str, bad: str) -> None:
     with pytest.raises(UsageError) as caught:
         parse_phase_list(text, "--skip")
     assert caught.value.message == f"--skip {bad!r} is not a phase"
-    assert caught.value.hint == "phases: base, nfs, users, nvidia, slurm, containers, pytorch, monitoring"
+    assert caught.value.hint == "phases: base, nfs, nvidia, slurm, users, containers, pytorch, monitoring"
     assert caught.value.exit_code == ExitCode.USAGE
 
 
@@ -245,12 +245,13 @@ def test_only_an_unneeded_phase(sandbox_phases: list[PhaseChoice]) -> None:
     assert caught.value.hint is not None and "gpuclus deploy --help" in caught.value.hint
 
 
-def test_a_users_file_runs_the_users_phase_after_nfs(tmp_path: Path) -> None:
+def test_a_users_file_runs_the_users_phase_after_slurm(tmp_path: Path) -> None:
     users = tmp_path / "users.yaml"
     users.write_text("apiVersion: gpuclus/v1\nkind: Users\naccounts: [{name: lab}]\nusers: []\n")
     loaded = load_spec_text(spec_text(f"users: {{file: {users}}}\n"))
     assert loaded.ok and loaded.spec is not None and loaded.topology is not None
     assert loaded.users is not None and loaded.users.accounts[0].name == "lab"
     run, _skip = wanted_phases(loaded.spec, loaded.topology)
-    assert names(run)[:3] == ["base", "nfs", "users"]
+    order = names(run)
+    assert order.index("users") == order.index("slurm") + 1
     assert reasons(run)["users"] == "users.file is set"

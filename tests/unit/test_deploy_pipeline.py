@@ -146,7 +146,7 @@ def test_a_successful_deploy_in_order(spec: Path, loaded: LoadedSpec) -> None:
     result = pipeline.deploy(pipeline.DeployRequest(spec_path=spec), loaded, observer, preflight=probe, start_run=runs)
     assert observer.seen == ["preflight", "skipped", "run"]
     assert probe.asked == [list(NODES)]
-    assert [choice.phase.value for choice in observer.skipped] == ["users", "nvidia", "containers", "pytorch"]
+    assert [choice.phase.value for choice in observer.skipped] == ["nvidia", "users", "containers", "pytorch"]
     assert any(isinstance(event, PhaseStarted) for event in observer.events)
     (config,) = runs.configs
     assert config.limit is None

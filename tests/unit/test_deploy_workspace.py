@@ -274,7 +274,7 @@ def test_forks_follow_the_host_count(state: StateDir, hosts: int, forks: int) ->
 
 def test_missing_playbooks() -> None:
     assert missing_playbooks([Phase.BASE, Phase.NFS, Phase.SLURM, Phase.MONITORING]) == []
-    assert missing_playbooks(list(Phase)) == [Phase.USERS, Phase.NVIDIA, Phase.CONTAINERS, Phase.PYTORCH]
+    assert missing_playbooks(list(Phase)) == [Phase.NVIDIA, Phase.USERS, Phase.CONTAINERS, Phase.PYTORCH]
     assert missing_playbooks([]) == []
 
 

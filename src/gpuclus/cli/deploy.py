@@ -22,7 +22,7 @@ from gpuclus.hints import gpuclus_command
 from gpuclus.output import Output
 from gpuclus.spec import hostlist
 
-PHASES_HELP = "Comma-separated phases: base, nfs, users, nvidia, slurm, containers, pytorch, monitoring."
+PHASES_HELP = "Comma-separated phases: base, nfs, nvidia, slurm, users, containers, pytorch, monitoring."
 
 
 def deploy(

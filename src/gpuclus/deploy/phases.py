@@ -13,9 +13,11 @@ from gpuclus.spec.topology import Topology
 class Phase(enum.StrEnum):
     BASE = "base"
     NFS = "nfs"
-    USERS = "users"
     NVIDIA = "nvidia"
     SLURM = "slurm"
+    # After slurm: the users phase also writes the users' Slurm accounts and
+    # limits, which need slurmdbd up (and after nfs, for shared homes).
+    USERS = "users"
     CONTAINERS = "containers"
     PYTORCH = "pytorch"
     MONITORING = "monitoring"

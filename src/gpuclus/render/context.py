@@ -20,6 +20,7 @@ from gpuclus.gpu_catalog import UNKNOWN, kind_for_model
 from gpuclus.spec.failover import backup_controller, state_save_location
 from gpuclus.spec.hostlist import compress
 from gpuclus.spec.models import ClusterSpec, Role
+from gpuclus.spec.slurm_time import wall_minutes
 from gpuclus.spec.software import index_url, nccl_environment, requirements, software_layout
 from gpuclus.spec.topology import Node, Topology, slurm_partitions
 from gpuclus.templating import GENERATED_HEADER
@@ -100,7 +101,7 @@ def _users_vars(users: UsersFile | None) -> dict[str, Any]:
     see the whole of each user.
     """
     if users is None:
-        return {"gpuclus_users": [], "gpuclus_users_groups": []}
+        return {"gpuclus_users": [], "gpuclus_users_groups": [], "gpuclus_slurm_qos": [], "gpuclus_slurm_accounts": []}
     return {
         "gpuclus_users": [
             {
@@ -112,11 +113,38 @@ def _users_vars(users: UsersFile | None) -> dict[str, Any]:
                 "ssh_keys": [" ".join(key.split()) for key in user.ssh_keys],
                 "admin": user.admin,
                 "removed": user.removed,
+                "account": user.account,
+                "gpus": user.gpus,
             }
             for user in users.users
         ],
         "gpuclus_users_groups": [{"name": group.name, "gid": group.gid} for group in users.groups],
+        "gpuclus_slurm_qos": [
+            {
+                "name": qos.name,
+                "priority": qos.priority,
+                "max_wall": _max_wall(qos.max_wall),
+                "gpus_per_user": qos.gpus_per_user,
+            }
+            for qos in users.qos
+        ],
+        "gpuclus_slurm_accounts": [
+            {
+                "name": account.name,
+                "description": account.description if account.description is not None else account.name,
+                "fairshare": account.fairshare,
+                "gpus": account.gpus,
+                "max_wall": _max_wall(account.max_wall),
+                "qos": list(account.qos),
+            }
+            for account in users.accounts
+        ],
     }
+
+
+def _max_wall(value: str | None) -> int | None:
+    """A MaxWall as minutes (None: no limit), so the role compares it with what sacctmgr shows without parsing."""
+    return None if value is None else wall_minutes(value)
 
 
 def _node_record(node: Node) -> dict[str, Any]:
@@ -177,6 +205,11 @@ def _slurm_vars(spec: ClusterSpec, topology: Topology) -> dict[str, Any]:
         "gpuclus_slurm_health_check": _health_check_vars(spec),
         "gpuclus_slurm_state_save_location": state_save_location(spec, topology),
         "gpuclus_slurm_controller_timeout": spec.slurm.controller_timeout,
+        # A users file gives Slurm accounts and limits: slurm.conf then
+        # enforces them and schedules by fairshare (the spec check makes sure
+        # accounting is on).
+        "gpuclus_slurm_enforce_limits": spec.users.file is not None and spec.slurm.accounting,
+        "gpuclus_slurm_priority_calc_period": spec.slurm.priority_calc_period,
     }
 
 

@@ -1029,7 +1029,7 @@ def login_node(view: SpecView) -> list[Finding]:
 
 # Every finding code gpuclus can report, with its level and a one-line summary.
 # docs/spec.md lists them and tests/unit/test_checks.py keeps a fixture for each.
-@_check(("users", "file"), ("cluster", "admin_user"))
+@_check(("users", "file"), ("cluster", "admin_user"), ("slurm", "accounting"))
 def users_file(view: SpecView) -> list[Finding]:
     """The users file the spec names: readable, free of errors, and not listing the admin user."""
     value = view.spec.users.file
@@ -1050,6 +1050,15 @@ def users_file(view: SpecView) -> list[Finding]:
                 f"{value} has {len(errors)} error(s); the first, line {first.line}: {first.path}: {first.message}",
                 loc,
                 hint=f"`gpuclus users check {shlex.quote(_shown(path))}` lists them all with their lines",
+            )
+        ]
+    if not view.spec.slurm.accounting:
+        return [
+            error(
+                "users-need-accounting",
+                f"{value} gives Slurm accounts and limits, which need Slurm's accounting database",
+                loc,
+                hint="set slurm.accounting: true (the default), or leave users.file out",
             )
         ]
     admin = view.spec.cluster.admin_user
@@ -1133,4 +1142,5 @@ CODES: dict[str, tuple[Severity, str]] = {
     "users-file-missing": (Severity.ERROR, "users.file cannot be read"),
     "users-file-invalid": (Severity.ERROR, "users.file has errors"),
     "users-admin-user": (Severity.ERROR, "the users file lists the admin user"),
+    "users-need-accounting": (Severity.ERROR, "a users file with Slurm accounting off"),
 }

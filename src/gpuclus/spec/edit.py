@@ -99,10 +99,10 @@ def _cut_entry(text: str, entry: _Entry) -> tuple[int, int, str]:
         raise SpecEditError(f"nodes[{entry.index}] does not start its own `- ` line; remove it by hand")
     while first > 0 and _is_comment(lines[first - 1], lambda column: column == dash_column):
         first -= 1
-    last = _last_leaf(entry.item).end_mark.line
+    last = last_leaf(entry.item).end_mark.line
     while last + 1 < len(lines) and _is_comment(lines[last + 1], lambda column: column > dash_column):
         last += 1
-    return _line_start(text, first), _line_start(text, last + 1), ""
+    return line_start(text, first), line_start(text, last + 1), ""
 
 
 def _is_comment(line: str, indented: Callable[[int], bool]) -> bool:
@@ -110,7 +110,7 @@ def _is_comment(line: str, indented: Callable[[int], bool]) -> bool:
     return stripped.startswith("#") and indented(len(line) - len(stripped))
 
 
-def _last_leaf(node: yaml.Node) -> yaml.Node:
+def last_leaf(node: yaml.Node) -> yaml.Node:
     """The node written last inside ``node``: where its text really ends.
 
     A block collection's end mark is the next token, past any comments after
@@ -130,7 +130,7 @@ def _last_leaf(node: yaml.Node) -> yaml.Node:
     return node
 
 
-def _line_start(text: str, line: int) -> int:
+def line_start(text: str, line: int) -> int:
     """Offset of 0-based ``line``'s first character (len(text) past the end)."""
     offset = 0
     for _ in range(line):

@@ -265,6 +265,13 @@ class Slurm(_Model):
         "directory, or, with a backup_controller, <first NFS export's mount>/slurm/state when both controllers "
         "see that path; with a backup controller it must be storage both controllers share.",
     )
+    priority_calc_period: int = Field(
+        default=5,
+        ge=1,
+        le=60,
+        description="Minutes between Slurm's recomputations of fairshare usage (PriorityCalcPeriod); used with a "
+        "users file, whose accounts Slurm then schedules by multifactor priority.",
+    )
     controller_timeout: int = Field(
         default=120,
         ge=5,
