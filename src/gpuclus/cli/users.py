@@ -1,20 +1,21 @@
-"""`gpuclus users check`: the users file's findings, as `spec check` gives the spec's."""
+"""`gpuclus users`: check the users file, add or remove a user (file edit + users phase), list users."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
-from gpuclus.cli.common import JsonOption, handled, read_positioned_file
-from gpuclus.errors import ExitCode, SpecInvalidError
+from gpuclus.cli.common import DEFAULT_SPEC, JsonOption, handled, load_checked_spec, read_positioned_file
+from gpuclus.errors import ExitCode, SpecInvalidError, UsageError
 from gpuclus.output import Output, findings_summary, plural
 
 DEFAULT_USERS = Path("users.yaml")
 
 app = typer.Typer(
-    help="Check the cluster's users file (docs/users.md).",
+    help="The cluster's users file (docs/users.md): check it, add or remove users, list them with their GPUs.",
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -64,3 +65,216 @@ def check(
             f"[green]✓[/] {users_file}: valid — {plural(len(active), 'user')}, {removed}, "
             f"{plural(len(users.accounts), 'account')} ({tally})"
         )
+
+
+SpecOption = Annotated[Path, typer.Option("--spec", help="Cluster spec (YAML) whose users.file to use.")]
+DryRunOption = Annotated[
+    bool, typer.Option("--dry-run", help="Show the users file's diff; write nothing, deploy nothing.")
+]
+
+
+@app.command("add")
+def add(
+    name: Annotated[str, typer.Argument(help="Login name of the new user.")],
+    account: Annotated[str, typer.Option("--account", help="Slurm account (an entry of the file's accounts).")],
+    keys: Annotated[
+        list[Path] | None, typer.Option("--key", help="Public key file (.pub); repeat for several.")
+    ] = None,
+    uid: Annotated[
+        int | None, typer.Option("--uid", help="User id; one above the file's highest when left out.")
+    ] = None,
+    gid: Annotated[int | None, typer.Option("--gid", help="Id of the user's own group; the uid when left out.")] = None,
+    groups: Annotated[list[str] | None, typer.Option("--group", help="Extra group; repeat for several.")] = None,
+    gpus: Annotated[
+        int | None, typer.Option("--gpus", help="GPUs the user's running jobs may hold together.", min=0)
+    ] = None,
+    admin: Annotated[bool, typer.Option("--admin", help="Passwordless sudo on every node.")] = False,
+    shell: Annotated[str | None, typer.Option("--shell", help="Login shell (default /bin/bash).")] = None,
+    spec: SpecOption = DEFAULT_SPEC,
+    dry_run: DryRunOption = False,
+    json_mode: JsonOption = False,
+) -> None:
+    """Add a user to the users file, show the diff, then run the users phase.
+
+    The file keeps its comments and layout: the user is appended to `users`.
+    The new file is checked first; a change that would leave an error is
+    refused and nothing is written. The users phase then creates the user on
+    every node and its Slurm association (seconds, not a full deploy). Exit
+    0 when applied, 1 when the phase failed (the file is written: run
+    `gpuclus deploy --only users` again), 2 for bad options, 3 when the spec
+    or the change is invalid.
+    """
+    from gpuclus.users.change import NewUser, plan_add
+
+    out = Output(json_mode=json_mode)
+    payload: dict[str, Any] = {"user": name}
+    with handled(out, payload):
+        loaded, path, text = _users_file_of(spec, out)
+        new = NewUser(
+            name=name,
+            account=account,
+            uid=uid,
+            gid=gid,
+            groups=tuple(groups or ()),
+            shell=shell,
+            ssh_keys=tuple(line for key in keys or () for line in _public_keys(key)),
+            gpus=gpus,
+            admin=admin,
+        )
+        change = plan_add(path, text, loaded.users, new)
+        _apply(out, spec, change, dry_run=dry_run, payload=payload)
+
+
+@app.command("remove")
+def remove(
+    name: Annotated[str, typer.Argument(help="Login name of the user to remove.")],
+    spec: SpecOption = DEFAULT_SPEC,
+    dry_run: DryRunOption = False,
+    json_mode: JsonOption = False,
+) -> None:
+    """Mark a user removed in the users file, show the diff, then run the users phase.
+
+    The user's entry gets `removed: true`; the users phase then locks the
+    account on every node, deletes its keys' file, cancels its jobs and
+    deletes its Slurm association, so it can neither log in nor submit. The
+    account and its home stay (nothing of the user's data is deleted). Exit
+    codes as for `users add`.
+    """
+    from gpuclus.users.change import plan_remove
+
+    out = Output(json_mode=json_mode)
+    payload: dict[str, Any] = {"user": name}
+    with handled(out, payload):
+        loaded, path, text = _users_file_of(spec, out)
+        change = plan_remove(path, text, loaded.users, name)
+        _apply(out, spec, change, dry_run=dry_run, payload=payload)
+
+
+@app.command("list")
+def list_users(
+    spec: SpecOption = DEFAULT_SPEC,
+    offline: Annotated[
+        bool, typer.Option("--offline", help="From the file alone: do not ask Slurm for the GPUs in use.")
+    ] = False,
+    json_mode: JsonOption = False,
+) -> None:
+    """The users file's users with their account, limits and the GPUs their running jobs hold now.
+
+    The GPUs in use come from `squeue` on the controller (over SSH as the
+    admin user); when it cannot be asked, the list says so and shows the
+    file alone. Exit 0, 2 for a spec without users.file, 3 for an invalid spec.
+    """
+    out = Output(json_mode=json_mode)
+    with handled(out):
+        loaded, _path, _text = _users_file_of(spec, out)
+        in_use, problem = ({}, "not asked (--offline)") if offline else _gpus_in_use(loaded, spec)
+        if problem and not offline:
+            out.warn(f"GPUs in use unknown: {problem}")
+        accounts = {account.name: account for account in loaded.users.accounts}
+        rows = [
+            {
+                "name": user.name,
+                "uid": user.uid,
+                "account": user.account,
+                "gpus": user.gpus,
+                "account_gpus": accounts[user.account].gpus if user.account in accounts else None,
+                "max_wall": accounts[user.account].max_wall if user.account in accounts else None,
+                "admin": user.admin,
+                "removed": user.removed,
+                "gpus_in_use": None if problem else in_use.get(user.name, 0),
+            }
+            for user in loaded.users.users
+        ]
+        out.emit({"ok": True, "live": problem is None, "users": rows})
+        if not json_mode:
+            _print_users(out, rows)
+
+
+def _users_file_of(spec: Path, out: Output) -> tuple[Any, Path, str]:
+    """The checked spec, its users file's path and text (a usage error when the spec names none)."""
+    loaded = load_checked_spec(spec, out)
+    value = loaded.spec.users.file
+    if value is None or loaded.users is None:
+        raise UsageError(
+            f"{spec} names no users file",
+            "add `users: {file: users.yaml}` to the spec and create the file (docs/users.md shows one)",
+        )
+    path = spec.parent / value
+    return loaded, path, path.read_text(encoding="utf-8")
+
+
+def _public_keys(path: Path) -> list[str]:
+    """The key lines of a public key file (blank and comment lines skipped)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as problem:
+        raise UsageError(f"--key {path}: cannot read it ({problem})", "give the path of a public key (.pub)") from None
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if not lines:
+        raise UsageError(f"--key {path}: no key in it", "give the path of a public key (.pub)")
+    return lines
+
+
+def _apply(out: Output, spec: Path, change: Any, *, dry_run: bool, payload: dict[str, Any]) -> None:
+    from gpuclus.cli.deploy import _print_summary, run_with_progress
+    from gpuclus.deploy import pipeline
+    from gpuclus.fileio import write_text_atomic
+
+    payload.update({"file": str(change.path), "diff": change.diff, "summary": change.summary})
+    if not out.json_mode and change.diff:
+        out.raw(change.diff)
+    if dry_run or not change.diff:
+        out.result(escape(change.summary) + (" (dry run: nothing written)" if dry_run and change.diff else ""))
+        out.emit({"ok": True, "dry_run": dry_run, "written": False, **payload})
+        return
+    write_text_atomic(change.path, change.new_text, mode=change.path.stat().st_mode & 0o777)
+    payload["written"] = True
+    out.note(f"{change.path}: {escape(change.summary)}")
+    updated = load_checked_spec(spec, out)
+    request = pipeline.DeployRequest(spec_path=spec, only="users")
+    result = run_with_progress(out, request, updated, only=True)
+    payload["deploy"] = {"exit_code": int(result.exit_code), "run_dir": str(result.run_dir), **result.record.as_dict()}
+    if not out.json_mode:
+        _print_summary(out, result.record, result.seconds)
+    if result.exit_code != 0:
+        out.warn(f"the users phase did not finish: {change.path} is written; run `gpuclus deploy {spec} --only users`")
+        out.emit({"ok": False, "exit_code": int(result.exit_code), **payload})
+        raise typer.Exit(int(result.exit_code))
+    out.emit({"ok": True, "exit_code": 0, **payload})
+
+
+def _gpus_in_use(loaded: Any, spec: Path) -> tuple[dict[str, int], str | None]:
+    """GPUs each user's running jobs hold, from squeue on the controller; ({}, why) when it cannot be asked."""
+    from gpuclus.ssh.client import SshFailure
+    from gpuclus.state import StateDir
+    from gpuclus.users.usage import SQUEUE_GPUS, gpus_in_use
+    from gpuclus.validate.runner import connect_controller
+
+    state = StateDir.beside(spec)
+    try:
+        remote = connect_controller(loaded.spec, loaded.topology, state.private_key, state.known_hosts)
+    except (SshFailure, UsageError) as problem:
+        return {}, str(problem)
+    try:
+        result = remote.run(SQUEUE_GPUS, timeout=30)
+    finally:
+        remote.close()
+    if result.exit_status != 0:
+        return {}, f"squeue failed: {(result.stderr or result.stdout).strip()[:200]}"
+    return gpus_in_use(result.stdout), None
+
+
+def _print_users(out: Output, rows: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0))
+    for column in ("user", "uid", "account", "GPU limit", "GPUs in use", "state"):
+        table.add_column(column)
+    for row in rows:
+        limit = row["gpus"] if row["gpus"] is not None else "-"
+        if row["account_gpus"] is not None:
+            limit = f"{limit} (account {row['account_gpus']})"
+        in_use = "?" if row["gpus_in_use"] is None else str(row["gpus_in_use"])
+        state = "removed" if row["removed"] else "admin" if row["admin"] else "active"
+        table.add_row(escape(row["name"]), str(row["uid"]), escape(row["account"]), str(limit), in_use, state)
+    out.out.print(table)
