@@ -54,7 +54,7 @@ fi
 #     13/12 sandbox, image build); then the README's
 #     quickstart on Debian 13 nodes;
 #   C (background) the unit tests, the molecule scenarios (each role alone on
-#     Debian 12 nodes: munge + slurm, nfs, prometheus, nvidia with Debian's
+#     Debian 12 nodes: munge + slurm + accounts, nfs, prometheus, nvidia with Debian's
 #     real driver packages on a node where no module can load, enroot, users), then
 #     the README's quickstart as it stands (Debian 12 nodes).
 # Each lane's sandboxes have subnets of their own, so two `sandbox up`s never
