@@ -211,7 +211,10 @@ def test_users_log_in_everywhere_run_within_their_limits_and_a_removed_one_is_sh
 
         users_file.write_text(users_text(keys, bob_removed=True))
         deploy_users(deployed)
-        assert bobs not in job_states(deployed, "bob"), "bob's running job was not cancelled"
+        # Cancelled: Slurm may still list it while its node finishes the job (COMPLETING) for a moment.
+        wait_for("bob's cancelled job gone from the queue", lambda: bobs not in job_states(deployed, "bob"), 60)
+        ended = deployed.on(HEAD, f"sacct --noheader --allocations --jobs={bobs} --format=State%30").stdout.split()
+        assert ended[:1] == ["CANCELLED"], f"bob's job {bobs}: {ended}"
         refused = deployed.on(HEAD, "sudo -u bob sbatch --wrap true", check=False)
         assert refused.exit_status != 0 and "Invalid account" in refused.stderr, refused.stderr
         for node in (HEAD, GPU1):
