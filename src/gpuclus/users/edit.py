@@ -53,8 +53,6 @@ def add_user(text: str, entry: dict[str, Any]) -> str:
         line_end = text.find("\n", resume)
         line_end = len(text) if line_end < 0 else line_end
         key_line = (text[:cut].rstrip(" ") + text[resume:line_end]).rstrip()
-        if empty_flow and not key_line.endswith(":") and "#" not in text[resume:line_end]:
-            raise UsersEditError("`users` is not written as a block list; add the user by hand")
         return key_line + "\n" + _entry_text(entry, key.start_mark.column + 2) + text[line_end + 1 :]
     raise UsersEditError("`users` is not written as a block list (one `- ` item per user); add the user by hand")
 
