@@ -5,10 +5,12 @@ Issue 12 item 1: a task on the controller used to reach the left-out node
 slurm phase stopped half way there and monitoring ran nowhere. On the real
 roles of the session's deployed sandbox: the deploy exits 4 naming only the
 down node, Slurm and Prometheus on the controller are fully deployed, a node
-never seen is defined FUTURE in slurm.conf, and once the node is back a
-`--retry-failed` and a full deploy converge. The cluster is left as it was
-found (the validate tests run after this file). A node stopped in the middle of a deploy
-(once its slurm phase starts) is named the same way, and the rest finish.
+never seen is defined FUTURE in slurm.conf, and once the node is back a full
+deploy takes it out again. A node stopped in the middle of a deploy (once its
+slurm phase starts) is named the same way, the rest finish, and once the node
+is back a `--retry-failed` deploys exactly it and a further deploy changes
+nothing. The cluster is left as it was found (the validate tests run after
+this file).
 """
 
 from __future__ import annotations
@@ -122,12 +124,14 @@ def test_a_stopped_compute_node_is_left_out_and_the_rest_deployed(cluster: Clust
     finally:
         subprocess.run([engine, "start", GPU2], check=True, capture_output=True)
 
-    # Back up: the failed node is completed, then the original spec converges the cluster.
-    retry_the_node_brought_back(cluster)
+    # Back up: the original spec deploys the whole cluster again and GPU3's FUTURE line goes. (A
+    # `--retry-failed` of the node brought back, and a deploy after it changing nothing, are the next
+    # test's: each full deploy here costs a minute of CI.)
+    up = gpuclus(*SANDBOX_UP, "--spec", str(cluster.spec))
+    assert up.returncode == 0, up.stderr
     code, full = deploy_json(cluster.spec)
     assert code == 0, full
     assert GPU3 not in cluster.on(HEAD, "cat /etc/slurm/slurm.conf").stdout
-    assert_converged(cluster)
 
 
 def test_a_compute_node_stopped_during_a_deploy_is_named_and_the_rest_finish(cluster: Cluster) -> None:

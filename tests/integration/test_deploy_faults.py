@@ -64,7 +64,21 @@ def gpuclus(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[st
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     path = tmp_path_factory.mktemp("faults") / "sandbox.yaml"
-    up = gpuclus("sandbox", "up", "--name", CLUSTER, "--nodes", "3", "--gpus-per-node", "2", "--spec", str(path))
+    # GPUCLUS_TEST_SUBNET fixes the subnet: .ci/run makes this sandbox while another lane makes its own.
+    subnet = os.environ.get("GPUCLUS_TEST_SUBNET")
+    up = gpuclus(
+        "sandbox",
+        "up",
+        "--name",
+        CLUSTER,
+        "--nodes",
+        "3",
+        "--gpus-per-node",
+        "2",
+        "--spec",
+        str(path),
+        *(("--subnet", subnet) if subnet else ()),
+    )
     try:
         assert up.returncode == 0, up.stderr
         yield path
