@@ -28,6 +28,9 @@ NOT_GPUCLUS_PATHS = {
     "/run/mysqld/mysqld.sock": "MariaDB's socket; gone with the stopped service and the package",
     "/etc/apt/keyrings": "the system's keyring directory; only grafana.asc in it is gpuclus'",
     "/etc/systemd/system": "the system's unit directory; only gpuclus' unit files in it are removed",
+    "/etc/sssd/conf.d": "sssd's own snippet directory (the package's), which sssd.conf's check reads",
+    "/etc/pam.d/common-session": "the system's PAM stack, written by pam-auth-update; purging libpam-sss takes "
+    "sss out, and the mkhomedir profile stays on",
 }
 
 

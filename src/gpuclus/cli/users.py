@@ -81,7 +81,11 @@ def add(
         list[Path] | None, typer.Option("--key", help="Public key file (.pub); repeat for several.")
     ] = None,
     uid: Annotated[
-        int | None, typer.Option("--uid", help="User id; one above the file's highest when left out.")
+        int | None,
+        typer.Option(
+            "--uid",
+            help="User id; one above the file's highest when left out (needed with users.directory: the directory's).",
+        ),
     ] = None,
     gid: Annotated[int | None, typer.Option("--gid", help="Id of the user's own group; the uid when left out.")] = None,
     groups: Annotated[list[str] | None, typer.Option("--group", help="Extra group; repeat for several.")] = None,
@@ -110,6 +114,12 @@ def add(
     payload: dict[str, Any] = {"user": name}
     with handled(out, payload):
         loaded, path, text = _users_file_of(spec, out)
+        if uid is None and loaded.spec.users.directory is not None:
+            # A picked id would be gpuclus' guess; the directory's is the account's.
+            raise UsageError(
+                f"--uid is needed: {spec} reads users from a directory (users.directory), which gives {name} a uid",
+                f"`id {name}` on a node, or the directory entry's uidNumber, shows it",
+            )
         new = NewUser(
             name=name,
             account=account,

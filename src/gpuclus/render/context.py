@@ -82,7 +82,7 @@ def build_context(
         "nvidia": _nvidia_vars(spec, topology),
         "containers": _containers_vars(spec, state_dir=state_dir),
         "pytorch": _pytorch_vars(spec, topology, state_dir=state_dir),
-        "users": _users_vars(users),
+        "users": {**_users_vars(users), **_directory_vars(spec, state_dir=state_dir)},
     }
     context: dict[str, Any] = {
         "header": GENERATED_HEADER.format(version=__version__, source=source_name),
@@ -92,6 +92,28 @@ def build_context(
     }
     _refuse_templates(context["inventory"], context["group_vars"])
     return context
+
+
+def _directory_vars(spec: ClusterSpec, *, state_dir: str) -> dict[str, Any]:
+    """The directory the nodes read users from (sssd), or None: users.directory with its files' paths as the
+    users playbook resolves them (relative to the output directory)."""
+    directory = spec.users.directory
+    if directory is None:
+        return {"gpuclus_users_directory": None}
+    return {
+        "gpuclus_users_directory": {
+            "uri": list(directory.uri),
+            "base_dn": directory.base_dn,
+            "schema": directory.schema_name,
+            "bind_dn": directory.bind_dn or "",
+            "bind_password_file": _from_output_dir(directory.bind_password_file, state_dir=state_dir) or "",
+            "ca_cert_file": _from_output_dir(directory.ca_cert_file, state_dir=state_dir) or "",
+            "start_tls": directory.start_tls,
+            "id_mapping": directory.id_mapping,
+            "ssh_keys_attribute": directory.ssh_keys_attribute or "",
+            "allow_groups": list(directory.allow_groups),
+        }
+    }
 
 
 def _users_vars(users: UsersFile | None) -> dict[str, Any]:

@@ -1027,6 +1027,206 @@ def login_node(view: SpecView) -> list[Finding]:
     ]
 
 
+# A bind password is one line of sssd.conf: no line break, no blank at either end (sssd strips them), and
+# short; far more than any password, less than any wrong file.
+BIND_PASSWORD_MAX_BYTES = 1024
+PEM_CERTIFICATE = b"-----BEGIN CERTIFICATE-----"
+CA_CERT_MAX_BYTES = 1024 * 1024
+
+
+def _directory(*keys: str) -> tuple[Loc, ...]:
+    return tuple(("users", "directory", key) for key in keys) or (("users", "directory"),)
+
+
+@_check(("users", "file"), *_directory())
+def directory_settings(view: SpecView) -> list[Finding]:
+    """users.directory's settings that only make sense together."""
+    directory = view.spec.users.directory
+    if directory is None:
+        return []
+    findings: list[Finding] = []
+    if view.spec.users.file is None:
+        findings.append(
+            error(
+                "directory-needs-users-file",
+                "users.directory needs users.file: the users file names who may use the cluster and their Slurm "
+                "accounts and limits; the directory gives their accounts",
+                ("users", "directory"),
+                hint="add users.file naming a users file (docs/users.md shows one); each user's uid there is the "
+                "directory's, as `id NAME` on a node shows it",
+            )
+        )
+    if (directory.bind_dn is None) != (directory.bind_password_file is None):
+        given, missing = ("bind_dn", "bind_password_file") if directory.bind_dn else ("bind_password_file", "bind_dn")
+        findings.append(
+            error(
+                "directory-bind-incomplete",
+                f"users.directory.{given} without {missing}",
+                ("users", "directory", given),
+                hint="give both (a read-only account and the file with its password), or neither for anonymous binds",
+            )
+        )
+    encrypted = [uri for uri in directory.uri if uri.startswith("ldaps://")]
+    if directory.start_tls and encrypted:
+        findings.append(
+            error(
+                "directory-start-tls-ldaps",
+                f"users.directory.start_tls with {encrypted[0]}: ldaps:// is encrypted already and sssd cannot "
+                "start TLS inside it",
+                ("users", "directory", "start_tls"),
+                hint="use ldap:// URIs with start_tls: true, or ldaps:// URIs and leave start_tls out",
+            )
+        )
+    if directory.bind_password_file is not None and not directory.start_tls and len(encrypted) < len(directory.uri):
+        findings.append(
+            warning(
+                "directory-cleartext-bind",
+                "users.directory binds with a password over ldap:// without start_tls: the password crosses the "
+                "network unencrypted",
+                ("users", "directory", "uri"),
+                hint="use ldaps:// URIs, or set start_tls: true (with ca_cert_file when the servers' CA is not "
+                "trusted by the nodes)",
+            )
+        )
+    if directory.id_mapping and directory.schema_name != "ad":
+        findings.append(
+            error(
+                "directory-id-mapping-needs-ad",
+                f"users.directory.id_mapping makes ids from Active Directory SIDs, which a {directory.schema_name} "
+                "directory does not have",
+                ("users", "directory", "id_mapping"),
+                hint="set schema: ad for an Active Directory, or leave id_mapping out to read uidNumber/gidNumber",
+            )
+        )
+    return findings
+
+
+@_check(*_directory("bind_password_file"))
+def directory_bind_password_file(view: SpecView) -> list[Finding]:
+    """The bind password's file: there, 0600, one line. Its content is never shown."""
+    directory = view.spec.users.directory
+    if directory is None or directory.bind_password_file is None:
+        return []
+    value = directory.bind_password_file
+    loc: Loc = ("users", "directory", "bind_password_file")
+    path = view.control_path(value)
+    try:
+        mode = path.stat().st_mode
+        data = read_regular_file(path, BIND_PASSWORD_MAX_BYTES)
+    except FileNotFoundError:
+        return [
+            error(
+                "directory-password-file-missing",
+                f"users.directory.bind_password_file {value!r} does not exist",
+                loc,
+                hint=f"it resolves to {_shown(path)} (a relative path is relative to the spec's directory)",
+            )
+        ]
+    except NotRegularFileError as exc:
+        return [
+            error(
+                "directory-password-file-missing",
+                f"users.directory.bind_password_file {value!r} is {exc.kind}, not a file",
+                loc,
+                hint=f"it resolves to {_shown(path)}; name the file holding the password",
+            )
+        ]
+    except FileTooLargeError:
+        return [
+            error(
+                "directory-password-file-grammar",
+                f"users.directory.bind_password_file holds more than {BIND_PASSWORD_MAX_BYTES} bytes, far more "
+                "than a password",
+                loc,
+                hint="name a file holding only the bind DN's password, on one line",
+            )
+        ]
+    except OSError as exc:
+        return [
+            error(
+                "directory-password-file-missing",
+                f"users.directory.bind_password_file {value!r} cannot be read ({exc.strerror})",
+                loc,
+                hint=f"let the user running gpuclus read {_shown(path)}, and no one else",
+            )
+        ]
+    findings: list[Finding] = []
+    if stat.S_IMODE(mode) & 0o077:
+        findings.append(
+            error(
+                "directory-password-file-open",
+                f"users.directory.bind_password_file can be read or written by other users (mode "
+                f"{stat.S_IMODE(mode):04o}); it holds the directory's bind password",
+                loc,
+                hint=f"chmod 600 {shlex.quote(_shown(path))}",
+            )
+        )
+    problem = _bind_password_problem(data)
+    if problem:
+        findings.append(
+            error(
+                "directory-password-file-grammar",
+                f"users.directory.bind_password_file {problem}",
+                loc,
+                hint="write the password alone on the file's first line (a final line break is fine); sssd.conf "
+                "takes it as one line",
+            )
+        )
+    return findings
+
+
+def _bind_password_problem(data: bytes) -> str | None:
+    """What keeps ``data`` from being one line of sssd.conf, named without showing any of it."""
+    text = data[:-1] if data.endswith(b"\n") else data
+    if not text:
+        return "is empty"
+    if b"\n" in text or b"\r" in text:
+        return "holds more than one line"
+    try:
+        decoded = text.decode("utf-8")
+    except UnicodeDecodeError:
+        return "is not UTF-8 text"
+    if decoded != decoded.strip():
+        return "starts or ends with a blank, which sssd would drop"
+    if any(not character.isprintable() for character in decoded):
+        return "holds a control character"
+    return None
+
+
+@_check(*_directory("ca_cert_file"))
+def directory_ca_cert_file(view: SpecView) -> list[Finding]:
+    """The directory's CA certificate: a PEM file there."""
+    directory = view.spec.users.directory
+    if directory is None or directory.ca_cert_file is None:
+        return []
+    value = directory.ca_cert_file
+    loc: Loc = ("users", "directory", "ca_cert_file")
+    path = view.control_path(value)
+    try:
+        data = read_regular_file(path, CA_CERT_MAX_BYTES)
+    except (OSError, NotRegularFileError, FileTooLargeError) as exc:
+        reason = "does not exist" if isinstance(exc, FileNotFoundError) else f"cannot be read ({exc})"
+        return [
+            error(
+                "directory-ca-cert-invalid",
+                f"users.directory.ca_cert_file {value!r} {reason}",
+                loc,
+                hint=f"it resolves to {_shown(path)}; name the PEM file with the CA that signed the servers' "
+                "certificates",
+            )
+        ]
+    if PEM_CERTIFICATE not in data:
+        return [
+            error(
+                "directory-ca-cert-invalid",
+                f"users.directory.ca_cert_file {value!r} holds no PEM certificate ({PEM_CERTIFICATE.decode()})",
+                loc,
+                hint="convert a DER certificate with `openssl x509 -inform der -in CA.cer -out ca.pem`",
+            )
+        ]
+    return []
+
+
 # Every finding code gpuclus can report, with its level and a one-line summary.
 # docs/spec.md lists them and tests/unit/test_checks.py keeps a fixture for each.
 @_check(("users", "file"), ("cluster", "admin_user"), ("slurm", "accounting"))
@@ -1143,4 +1343,13 @@ CODES: dict[str, tuple[Severity, str]] = {
     "users-file-invalid": (Severity.ERROR, "users.file has errors"),
     "users-admin-user": (Severity.ERROR, "the users file lists the admin user"),
     "users-need-accounting": (Severity.ERROR, "a users file with Slurm accounting off"),
+    "directory-needs-users-file": (Severity.ERROR, "users.directory without users.file"),
+    "directory-bind-incomplete": (Severity.ERROR, "bind_dn without bind_password_file, or the reverse"),
+    "directory-start-tls-ldaps": (Severity.ERROR, "start_tls with an ldaps:// URI"),
+    "directory-cleartext-bind": (Severity.WARNING, "a bind password sent over ldap:// without start_tls"),
+    "directory-id-mapping-needs-ad": (Severity.ERROR, "id_mapping on a directory that is not Active Directory"),
+    "directory-password-file-missing": (Severity.ERROR, "users.directory.bind_password_file cannot be read"),
+    "directory-password-file-open": (Severity.ERROR, "users.directory.bind_password_file is readable by others"),
+    "directory-password-file-grammar": (Severity.ERROR, "users.directory.bind_password_file is not one line"),
+    "directory-ca-cert-invalid": (Severity.ERROR, "users.directory.ca_cert_file is missing or not PEM"),
 }

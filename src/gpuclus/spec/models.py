@@ -97,6 +97,15 @@ PYTORCH_FLAVOUR_PATTERN = r"^(auto|cpu|cu\d{3})$"
 INDEX_URL_PATTERN = r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~%!$&()*+,;=:@/-]*)?$"
 NCCL_VARIABLE_PATTERN = r"^NCCL_[A-Z0-9_]{1,60}$"
 NCCL_VALUE_PATTERN = r"^[A-Za-z0-9_.,:=^/+-]{1,200}$"
+# A directory server: ldap:// or ldaps://, a host name or IPv4 address, an optional port; no path (sssd
+# takes none) and nothing that would end the line in sssd.conf, where the URIs are joined with commas.
+LDAP_URI_PATTERN = r"^ldaps?://[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?(:[0-9]{1,5})?$"
+# A distinguished name of plain RDNs (attribute=value, comma-separated): what sssd.conf can carry on one
+# line. Escapes, '+' (multi-valued RDNs), quotes, '#' and ';' are left out on purpose.
+LDAP_DN_PATTERN = r"^[A-Za-z][A-Za-z0-9-]*=[A-Za-z0-9_.@-]([A-Za-z0-9_.@ -]*[A-Za-z0-9_.@-])?(,[A-Za-z][A-Za-z0-9-]*=[A-Za-z0-9_.@-]([A-Za-z0-9_.@ -]*[A-Za-z0-9_.@-])?)*$"  # noqa: E501
+LDAP_ATTRIBUTE_PATTERN = r"^[A-Za-z][A-Za-z0-9-]{0,63}$"
+# A group name for sssd's simple access list (comma-separated there): AD's may hold capitals and spaces.
+DIRECTORY_GROUP_PATTERN = r"^[A-Za-z0-9_.][A-Za-z0-9_. -]{0,62}[A-Za-z0-9_.]$|^[A-Za-z0-9_.]$"
 
 # What each pattern means, for error messages a person can act on.
 PATTERN_RULES = {
@@ -124,6 +133,12 @@ PATTERN_RULES = {
     INDEX_URL_PATTERN: "is not an http(s) URL without spaces or quotes",
     NCCL_VARIABLE_PATTERN: "is not an NCCL variable name (NCCL_ and upper-case letters, digits, '_')",
     NCCL_VALUE_PATTERN: "may use only letters, digits and '_', '.', ',', ':', '=', '^', '/', '+', '-'",
+    LDAP_URI_PATTERN: "is not a directory server URI: ldap://HOST or ldaps://HOST, an optional :PORT, no path",
+    LDAP_DN_PATTERN: "is not a plain distinguished name such as dc=example,dc=org (attribute=value pairs joined "
+    "by ','; values of letters, digits, spaces inside, '_', '.', '@', '-'; no escapes, quotes or '+')",
+    LDAP_ATTRIBUTE_PATTERN: "is not an LDAP attribute name (a letter, then letters, digits and '-')",
+    DIRECTORY_GROUP_PATTERN: "is not a group name sssd's access list can hold (letters, digits, '_', '.', '-', "
+    "spaces inside; no commas)",
 }
 
 
@@ -712,12 +727,76 @@ class Network(_Model):
     nics_per_node: int = Field(default=1, ge=1, le=16, description="NICs per node used for GPU traffic.")
 
 
+class Directory(_Model):
+    """An LDAP or Active Directory server the nodes read users and groups from, through sssd."""
+
+    uri: list[Annotated[str, Field(pattern=LDAP_URI_PATTERN)]] = Field(
+        min_length=1,
+        max_length=8,
+        description="The directory's servers, tried in order: ldaps://HOST[:PORT] or ldap://HOST[:PORT] (with "
+        "start_tls for an encrypted connection).",
+    )
+    base_dn: str = Field(
+        pattern=LDAP_DN_PATTERN, description="Where users and groups are searched, e.g. dc=example,dc=org."
+    )
+    schema_name: Literal["rfc2307", "rfc2307bis", "ad"] = Field(
+        default="rfc2307",
+        alias="schema",
+        description="The directory's schema: rfc2307 (OpenLDAP's posixAccount/posixGroup with memberUid), "
+        "rfc2307bis (groups list members by DN), or ad (Active Directory read over LDAP).",
+    )
+    bind_dn: str | None = Field(
+        default=None,
+        pattern=LDAP_DN_PATTERN,
+        description="A read-only account sssd binds as, e.g. cn=reader,dc=example,dc=org; anonymous when "
+        "left out. Needs bind_password_file.",
+    )
+    bind_password_file: str | None = Field(
+        default=None,
+        description="File on the control machine holding bind_dn's password (one line, mode 0600): it lands "
+        "only in sssd.conf (0600, root) on the nodes and is never printed.",
+    )
+    ca_cert_file: str | None = Field(
+        default=None,
+        description="PEM file on the control machine with the CA that signed the servers' certificates; the "
+        "system's trusted CAs when left out.",
+    )
+    start_tls: bool = Field(
+        default=False, description="Encrypt ldap:// connections with StartTLS (ldaps:// URIs are encrypted anyway)."
+    )
+    id_mapping: bool = Field(
+        default=False,
+        description="Make uids and gids from Active Directory's SIDs (sssd's algorithm gives every node the "
+        "same ones) instead of reading uidNumber/gidNumber; for an AD without POSIX attributes.",
+    )
+    ssh_keys_attribute: str | None = Field(
+        default=None,
+        pattern=LDAP_ATTRIBUTE_PATTERN,
+        description="The attribute holding users' SSH public keys (e.g. sshPublicKey): sshd then also accepts "
+        "the keys the directory gives (sss_ssh_authorizedkeys). The users file's keys work either way.",
+    )
+    allow_groups: list[Annotated[str, Field(pattern=DIRECTORY_GROUP_PATTERN)]] = Field(
+        default_factory=list,
+        description="Only members of these directory groups may log in (sssd's simple access control); every "
+        "directory user when empty. The users file's removed users are refused either way.",
+    )
+
+    _paths_on_control_machine = field_validator("bind_password_file", "ca_cert_file")(_control_path)
+
+
 class Users(_Model):
     file: str | None = Field(
         default=None,
         description="The users file (absolute, or relative to the spec's directory): the cluster's users, their "
         "groups, SSH keys and Slurm accounts (docs/users.md). Its users are created on every node by the users "
         "phase; none when left out.",
+    )
+
+    directory: Directory | None = Field(
+        default=None,
+        description="Read the users from an LDAP or Active Directory server (sssd on every node) instead of "
+        "creating them: gpuclus then checks the users file's users resolve to the same uids on every node and "
+        "writes their Slurm accounts and limits (docs/users.md#directory-services). Needs users.file.",
     )
 
     _path_on_control_machine = field_validator("file")(_control_path)
