@@ -117,6 +117,15 @@ def _quiet_paramiko() -> None:
     logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
+# Seconds between tries when a server closes the connection before the login
+# (5 tries, 31 s in all). OpenSSH 9.8 and later (Debian 13, Ubuntu 24.10) close
+# every connection from an address it penalises (PerSourcePenalties: failed
+# logins, connections that never log in, such as host-key reads, add up to 15 s
+# and more), and a busy sshd drops new connections past MaxStartups; both pass.
+# A host that does not answer at all (timeout, refused, no route) is not retried.
+DROPPED_RETRY_DELAYS: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0)
+
+
 def connect(target: SshTarget, timeout: float = 10.0, *, accept_new: bool = False, password: str | None = None) -> Any:
     """An authenticated paramiko client.
 
@@ -124,7 +133,27 @@ def connect(target: SshTarget, timeout: float = 10.0, *, accept_new: bool = Fals
     gpuclus' known_hosts (OpenSSH's StrictHostKeyChecking=accept-new, as the
     Ansible runs use); a key that differs from the recorded one is always
     refused. password: log in with it instead of gpuclus' key (bootstrap).
+    A connection the server drops before the login is tried again
+    (DROPPED_RETRY_DELAYS).
     """
+    for delay in (*DROPPED_RETRY_DELAYS, None):
+        try:
+            return _connect_once(target, timeout, accept_new=accept_new, password=password)
+        except _DroppedBeforeLogin as dropped:
+            if delay is None:
+                raise SshFailure(
+                    f"{target.address}: the server closed the connection before the login, "
+                    f"{len(DROPPED_RETRY_DELAYS) + 1} times ({dropped})"
+                ) from None
+            time.sleep(delay)
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+class _DroppedBeforeLogin(Exception):
+    """The server closed the connection during the banner or the key exchange."""
+
+
+def _connect_once(target: SshTarget, timeout: float, *, accept_new: bool, password: str | None) -> Any:
     import paramiko
 
     _quiet_paramiko()
@@ -152,8 +181,14 @@ def connect(target: SshTarget, timeout: float = 10.0, *, accept_new: bool = Fals
     except paramiko.BadHostKeyException:
         client.close()
         raise SshFailure(f"{target.address}: host key does not match gpuclus' known_hosts") from None
+    except (EOFError, ConnectionResetError) as exc:
+        client.close()
+        raise _DroppedBeforeLogin(type(exc).__name__) from None
     except paramiko.SSHException as exc:
         client.close()
+        # paramiko words a banner cut off and a banner never sent alike; what it caught tells them apart.
+        if isinstance(exc.__cause__ or exc.__context__, EOFError | ConnectionResetError):
+            raise _DroppedBeforeLogin(str(exc)) from None
         raise SshFailure(f"{target.address}: {exc}") from None
     except OSError as exc:  # socket timeouts are OSErrors too
         client.close()
