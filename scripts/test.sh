@@ -14,7 +14,8 @@ if ls /opt/wheels/torch-2.13.0+cpu-*.whl >/dev/null 2>&1; then
   bash scripts/wheelhouse.sh .cache/wheelhouse
 fi
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step says when it started: the lanes' logs then show where CI's time goes.
+step() { printf '\n==> %s (%s)\n' "$*" "$(date +%T)"; }
 
 # `gpuclus image build` packs images with mksquashfs; its tests want the real
 # one (they skip, saying so, where it cannot be installed).
@@ -97,6 +98,7 @@ lane_c_log=$(mktemp)
   pytest --durations=15 -p no:cacheprovider \
     $it/test_deploy_engine.py $it/test_sandbox.py $it/test_sandbox_docker.py \
     $it/test_sandbox_two_dirs.py $it/test_sandbox_mixed.py $it/test_image_build.py || status=1
+  step "lane B: done"
   exit "$status"
 ) >"$lane_b_log" 2>&1 </dev/null &
 lane_b=$!
@@ -113,6 +115,7 @@ lane_b=$!
   quickstart debian12 sandbox 10.213.160.0/24 || status=1
   step "lane C: pytest, Ctrl-C at random moments of a deploy (a sandbox of its own)"
   GPUCLUS_TEST_SUBNET=10.213.170.0/24 pytest --durations=5 -p no:cacheprovider $it/test_deploy_faults.py || status=1
+  step "lane C: done"
   exit "$status"
 ) >"$lane_c_log" 2>&1 </dev/null &
 lane_c=$!
@@ -128,6 +131,7 @@ GPUCLUS_TEST_SUBNET=10.213.100.0/24 pytest --durations=25 -p no:cacheprovider \
   --deselect $it/test_cluster_validate.py::test_a_stopped_slurmd_is_named \
   --deselect $it/test_cluster_validate.py::test_gres_conf_claiming_more_gpus_than_the_node_has_is_named \
   || lane_a_status=$?
+step "lane A: done"
 lane_b_status=0
 wait "$lane_b" || lane_b_status=$?
 lane_c_status=0
