@@ -275,3 +275,29 @@ def test_users_check_prints_each_finding_and_exits_3(tmp_path: Path) -> None:
 
     missing = runner.invoke(app, ["users", "check", str(tmp_path / "none.yaml")])
     assert missing.exit_code == 2 and "no such file" in missing.output
+
+
+def test_the_spec_load_reads_the_users_file_once_and_keeps_what_it_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuclus.spec import checks
+    from gpuclus.spec.load import load_spec
+
+    (tmp_path / "users.yaml").write_text(GOOD)
+    (tmp_path / "cluster.yaml").write_text(
+        "apiVersion: gpuclus/v1\ncluster: {name: lab, admin_user: ubuntu}\nnodes:\n"
+        "  - {name: head, address: 10.0.0.10, roles: [controller, login]}\n"
+        "  - {name: gpu01, address: 10.0.0.11, roles: [compute], gpus: {count: 2}}\n"
+        "users: {file: users.yaml}\n"
+    )
+    reads: list[Path] = []
+
+    def counted(path: Path) -> object:
+        reads.append(path)
+        return load_users(path)
+
+    monkeypatch.setattr(checks, "load_users", counted)
+    loaded = load_spec(tmp_path / "cluster.yaml")
+    assert loaded.ok and loaded.users is not None
+    assert [user.name for user in loaded.users.users] == ["alice", "bob"]
+    assert reads == [tmp_path / "users.yaml"]

@@ -35,7 +35,7 @@ from gpuclus.spec.grammar import address_problem, full_match
 from gpuclus.spec.models import ClusterSpec, NodeEntry, Role
 from gpuclus.spec.software import outside_share
 from gpuclus.spec.topology import Node, Topology
-from gpuclus.users.load import load_users
+from gpuclus.users.load import LoadedUsers, load_users
 
 # The parts of a spec the checks name in ``needs``: a pydantic loc prefix each.
 NODES: Loc = ("nodes",)
@@ -65,6 +65,9 @@ class SpecView:
     entries: tuple[tuple[int, NodeEntry], ...]
     unsound: frozenset[Loc] = field(default_factory=frozenset)
     spec_dir: Path = field(default_factory=Path)
+    # The users file as the users_file check read it, by path: the spec's load keeps that reading (one
+    # read, so what was checked is what is rendered).
+    users_read: dict[Path, LoadedUsers] = field(default_factory=dict, compare=False)
 
     @classmethod
     def whole(cls, spec: ClusterSpec, topology: Topology, spec_dir: Path | None = None) -> SpecView:
@@ -1227,8 +1230,6 @@ def directory_ca_cert_file(view: SpecView) -> list[Finding]:
     return []
 
 
-# Every finding code gpuclus can report, with its level and a one-line summary.
-# docs/spec.md lists them and tests/unit/test_checks.py keeps a fixture for each.
 @_check(("users", "file"), ("cluster", "admin_user"), ("slurm", "accounting"))
 def users_file(view: SpecView) -> list[Finding]:
     """The users file the spec names: readable, free of errors, and not listing the admin user."""
@@ -1241,6 +1242,7 @@ def users_file(view: SpecView) -> list[Finding]:
         loaded = load_users(path)
     except SpecFileError as problem:
         return [error("users-file-missing", f"users.file: {problem}", loc, hint=problem.hint)]
+    view.users_read[path] = loaded
     errors = [finding for finding in loaded.findings if finding.severity is Severity.ERROR]
     if errors:
         first = errors[0]
@@ -1275,6 +1277,8 @@ def users_file(view: SpecView) -> list[Finding]:
     return []
 
 
+# Every finding code gpuclus can report, with its level and a one-line summary.
+# docs/spec.md lists them and tests/unit/test_checks.py keeps a fixture for each.
 CODES: dict[str, tuple[Severity, str]] = {
     # Reading the file
     "empty-file": (Severity.ERROR, "the file is empty or holds only comments"),

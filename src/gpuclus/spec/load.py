@@ -19,12 +19,11 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from gpuclus.spec.checks import SpecView, run_checks, skipped_checks
-from gpuclus.spec.document import SpecDocument, SpecFileError, load_document, parse_spec_text
+from gpuclus.spec.document import SpecDocument, load_document, parse_spec_text
 from gpuclus.spec.findings import Finding, Loc, error, has_errors, sort_findings
 from gpuclus.spec.models import API_VERSION, ClusterSpec, NodeEntry
 from gpuclus.spec.schema_findings import first_model, meant_key, schema_finding
 from gpuclus.spec.topology import Topology, expand_nodes
-from gpuclus.users.load import load_users
 from gpuclus.users.model import UsersFile
 
 
@@ -128,29 +127,13 @@ def validate_document(document: SpecDocument) -> LoadedSpec:
             result.spec = spec
             result.topology = topology
             if spec.users.file is not None and not any(f.code.startswith("users-") for f in findings):
-                result.users = _users_of(view.control_path(spec.users.file))
-                if result.users is None:
-                    findings.append(
-                        error(
-                            "users-file-missing",
-                            "users.file could not be read a second time, or has errors now (changed meanwhile?)",
-                            ("users", "file"),
-                            hint="`gpuclus users check FILE` shows what is wrong with it now",
-                        )
-                    )
+                # The reading the users_file check judged (it found no error there).
+                read = view.users_read.get(view.control_path(spec.users.file))
+                result.users = read.users if read is not None and read.ok else None
 
     result.findings.extend(_locate_all(document, findings))
     result.findings = sort_findings(result.findings)
     return result
-
-
-def _users_of(path: Path) -> UsersFile | None:
-    """The users file's content; the spec's users_file check has read it and found no error."""
-    try:
-        loaded = load_users(path)
-    except SpecFileError:  # gone since the check read it: the next run's check says so
-        return None
-    return loaded.users if loaded.ok else None
 
 
 def _expand(parts: ClusterSpec, indexes: list[int]) -> tuple[Topology, list[Finding]]:
