@@ -76,6 +76,20 @@ def test_removal_adds_or_flips_the_flag_once() -> None:
         mark_removed(GOOD, "zed")
 
 
+def test_removal_with_the_home_adds_both_flags_once_and_only_a_removed_user_may_have_it() -> None:
+    both = mark_removed(GOOD, "alice", delete_home=True)
+    assert both == GOOD.replace("    admin: true\n", "    admin: true\n    removed: true\n    delete_home: true\n")
+    assert mark_removed(both, "alice", delete_home=True) == both
+    # Already removed: only the deletion is added.
+    assert mark_removed(mark_removed(GOOD, "alice"), "alice", delete_home=True) == both
+    assert load_users_text(both).ok
+    stray = GOOD.replace("    admin: true\n", "    admin: true\n    delete_home: true\n")
+    found = load_users_text(stray).findings
+    assert [(f.code, f.line) for f in found] == [
+        ("delete-home-not-removed", stray.splitlines().index("    delete_home: true") + 1)
+    ]
+
+
 def test_the_picked_id_is_above_the_users_and_free() -> None:
     loaded = load_users_text(GOOD)
     assert loaded.users is not None
@@ -154,6 +168,23 @@ def test_users_add_dry_run_shows_the_diff_and_writes_nothing(cluster_dir: Path) 
     assert bad.exit_code == 3 and "names account 'nope'" in bad.output
     missing_key = CliRunner().invoke(app, [*args[:5], "--key", str(cluster_dir / "none.pub"), "--spec", spec])
     assert missing_key.exit_code == 2 and "cannot read it" in missing_key.output
+    assert (cluster_dir / "users.yaml").read_text() == GOOD
+
+
+def test_users_remove_delete_home_shows_both_flags_and_needs_the_name(cluster_dir: Path) -> None:
+    spec = str(cluster_dir / "cluster.yaml")
+    shown = CliRunner().invoke(app, ["users", "remove", "bob", "--delete-home", "--spec", spec, "--dry-run"])
+    assert shown.exit_code == 0, shown.output
+    assert "+    removed: true\n+    delete_home: true\n" in shown.output
+    # No terminal (CliRunner's stdin is not one) and no --confirm-delete: refused before anything is written.
+    unconfirmed = CliRunner().invoke(app, ["users", "remove", "bob", "--delete-home", "--spec", spec])
+    assert unconfirmed.exit_code == 2 and "--confirm-delete bob" in unconfirmed.output
+    wrong = CliRunner().invoke(
+        app, ["users", "remove", "bob", "--delete-home", "--confirm-delete", "alice", "--spec", spec]
+    )
+    assert wrong.exit_code == 1 and "does not match" in wrong.output
+    stray = CliRunner().invoke(app, ["users", "remove", "bob", "--confirm-delete", "bob", "--spec", spec])
+    assert stray.exit_code == 2 and "goes with --delete-home" in stray.output
     assert (cluster_dir / "users.yaml").read_text() == GOOD
 
 

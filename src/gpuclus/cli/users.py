@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -9,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from gpuclus.cli.common import DEFAULT_SPEC, JsonOption, handled, load_checked_spec, read_positioned_file
-from gpuclus.errors import ExitCode, SpecInvalidError, UsageError
+from gpuclus.errors import ExitCode, GpuclusError, SpecInvalidError, UsageError
 from gpuclus.output import Output, findings_summary, plural
 
 DEFAULT_USERS = Path("users.yaml")
@@ -139,6 +140,16 @@ def add(
 def remove(
     name: Annotated[str, typer.Argument(help="Login name of the user to remove.")],
     spec: SpecOption = DEFAULT_SPEC,
+    delete_home: Annotated[
+        bool,
+        typer.Option(
+            "--delete-home", help="Also delete the user's home on every node where it is local (asks for the name)."
+        ),
+    ] = False,
+    confirm_delete: Annotated[
+        str | None,
+        typer.Option("--confirm-delete", help="The user's name, confirming --delete-home without a prompt."),
+    ] = None,
     dry_run: DryRunOption = False,
     json_mode: JsonOption = False,
 ) -> None:
@@ -147,17 +158,45 @@ def remove(
     The user's entry gets `removed: true`; the users phase then locks the
     account on every node, deletes its keys' file, cancels its jobs and
     deletes its Slurm association, so it can neither log in nor submit. The
-    account and its home stay (nothing of the user's data is deleted). Exit
-    codes as for `users add`.
+    account and its home stay, unless --delete-home (`delete_home: true`):
+    then the home is deleted where it is local (the NFS server's copy), after
+    the user's name is typed (or given with --confirm-delete). Exit codes as
+    for `users add`; 1 also when the name typed does not match.
     """
     from gpuclus.users.change import plan_remove
 
     out = Output(json_mode=json_mode)
-    payload: dict[str, Any] = {"user": name}
+    payload: dict[str, Any] = {"user": name, "delete_home": delete_home}
     with handled(out, payload):
+        if confirm_delete is not None and not delete_home:
+            raise UsageError("--confirm-delete goes with --delete-home", "add --delete-home, or leave it out")
         loaded, path, text = _users_file_of(spec, out)
-        change = plan_remove(path, text, loaded.users, name)
+        change = plan_remove(path, text, loaded.users, name, delete_home=delete_home)
+        if delete_home and not dry_run:
+            _confirm_deletion(name, confirm_delete)
         _apply(out, spec, change, dry_run=dry_run, payload=payload)
+
+
+def _confirm_deletion(name: str, typed: str | None) -> None:
+    """The user's name, typed at a prompt or given with --confirm-delete, before a home is deleted."""
+    if typed is None:
+        if not sys.stdin.isatty():
+            raise UsageError(
+                f"--delete-home deletes {name}'s files and needs the name typed: no terminal here",
+                f"pass --confirm-delete {name}",
+            )
+        typed = typer.prompt(
+            f"--delete-home deletes {name}'s home and every file in it. Type the user's name ({name}) to go on",
+            default="",
+            show_default=False,
+            err=True,
+        )
+    if typed != name:
+        raise GpuclusError(
+            f"the name typed does not match ({name}); nothing was written or deleted",
+            "type the user's name exactly, or leave --delete-home out",
+            exit_code=ExitCode.FAILED,
+        )
 
 
 @app.command("list")

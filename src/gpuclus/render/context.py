@@ -135,6 +135,7 @@ def _users_vars(users: UsersFile | None) -> dict[str, Any]:
                 "ssh_keys": [" ".join(key.split()) for key in user.ssh_keys],
                 "admin": user.admin,
                 "removed": user.removed,
+                "delete_home": user.delete_home,
                 "account": user.account,
                 "gpus": user.gpus,
             }

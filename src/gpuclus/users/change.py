@@ -85,16 +85,19 @@ def plan_add(path: Path, text: str, users: UsersFile, new: NewUser) -> UsersChan
     return _checked(path, text, new_text, f"added {new.name} (uid {uid}, account {new.account})")
 
 
-def plan_remove(path: Path, text: str, users: UsersFile, name: str) -> UsersChange:
+def plan_remove(path: Path, text: str, users: UsersFile, name: str, *, delete_home: bool = False) -> UsersChange:
     user = _find(users, name)
     if user is None:
         known = ", ".join(sorted(user.name for user in users.users)) or "none"
         raise UsageError(f"no user named {name!r} in {path}", f"its users: {known}")
     try:
-        new_text = mark_removed(text, name)
+        new_text = mark_removed(text, name, delete_home=delete_home)
     except UsersEditError as problem:
         raise UsageError(f"{path}: {problem}", "then run `gpuclus deploy --only users`") from None
-    summary = f"{name} is already marked removed" if user.removed else f"marked {name} removed"
+    if new_text == text:
+        summary = f"{name} is already marked removed" + (" with its home deleted" if delete_home else "")
+    else:
+        summary = f"marked {name} removed" + (", its home to be deleted" if delete_home else "")
     return _checked(path, text, new_text, summary)
 
 

@@ -241,6 +241,21 @@ def active_users_can_log_in(users: UsersFile) -> list[Finding]:
 
 
 @_check
+def deletion_needs_removal(users: UsersFile) -> list[Finding]:
+    """A home is deleted only for a user who is removed: never for an active one by a stray flag."""
+    return [
+        error(
+            "delete-home-not-removed",
+            f"user {user.name!r} has delete_home but is not removed: gpuclus deletes only a removed user's home",
+            ("users", i, "delete_home"),
+            hint="add `removed: true` too (`gpuclus users remove NAME --delete-home` writes both), or drop delete_home",
+        )
+        for i, user in enumerate(users.users)
+        if user.delete_home and not user.removed
+    ]
+
+
+@_check
 def limits_fit(users: UsersFile) -> list[Finding]:
     """A user's GPU cap above the account's never binds: say so, it is usually a typo."""
     caps = {account.name: account.gpus for account in users.accounts}

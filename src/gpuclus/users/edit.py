@@ -57,8 +57,15 @@ def add_user(text: str, entry: dict[str, Any]) -> str:
     raise UsersEditError("`users` is not written as a block list (one `- ` item per user); add the user by hand")
 
 
-def mark_removed(text: str, name: str) -> str:
-    """``text`` with user ``name`` given ``removed: true`` (unchanged when it already has it)."""
+def mark_removed(text: str, name: str, *, delete_home: bool = False) -> str:
+    """``text`` with user ``name`` given ``removed: true`` (unchanged when it already has it), and
+    ``delete_home: true`` too when asked."""
+    text = _set_true(text, name, "removed")
+    return _set_true(text, name, "delete_home") if delete_home else text
+
+
+def _set_true(text: str, name: str, key: str) -> str:
+    """``text`` with ``key: true`` in user ``name``'s entry: a value replaced, or a line added last."""
     root = yaml.compose(text)
     found = _users(root) if isinstance(root, yaml.MappingNode) else None
     if found is None or not isinstance(found[1], yaml.SequenceNode):
@@ -70,17 +77,17 @@ def mark_removed(text: str, name: str) -> str:
         user = fields.get("name")
         if not isinstance(user, yaml.ScalarNode) or user.value != name:
             continue
-        removed = fields.get("removed")
-        if isinstance(removed, yaml.ScalarNode):
-            if removed.value.lower() == "true":
+        current = fields.get(key)
+        if isinstance(current, yaml.ScalarNode):
+            if current.value.lower() == "true":
                 return text
-            return text[: removed.start_mark.index] + "true" + text[removed.end_mark.index :]
+            return text[: current.start_mark.index] + "true" + text[current.end_mark.index :]
         if item.flow_style:
-            raise UsersEditError(f"user {name} is written on one line; add `removed: true` to it by hand")
+            raise UsersEditError(f"user {name} is written on one line; add `{key}: true` to it by hand")
         column: int = item.value[0][0].start_mark.column
         at = line_start(text, last_leaf(item).end_mark.line + 1)
         head = text[:at] if text[:at].endswith("\n") else text[:at] + "\n"
-        return head + " " * column + "removed: true\n" + text[at:]
+        return head + " " * column + f"{key}: true\n" + text[at:]
     raise UsersEditError(f"no user named {name!r} in the users file")
 
 

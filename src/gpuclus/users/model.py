@@ -101,6 +101,11 @@ class User(_Model):
         default=False,
         description="The account is locked, its keys and Slurm association removed; its home is kept.",
     )
+    delete_home: bool = Field(
+        default=False,
+        description="With removed: the user's home is deleted on every node where it is local (the NFS "
+        "server's copy, the one that holds the data). The only way gpuclus deletes a user's files.",
+    )
 
 
 class UsersFile(_Model):
