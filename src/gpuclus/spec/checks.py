@@ -861,65 +861,64 @@ def artifacts_incomplete(view: SpecView) -> list[Finding]:
     ]
 
 
+def _read_secret_file(
+    view: SpecView,
+    value: str,
+    loc: Loc,
+    *,
+    code: str,
+    max_bytes: int,
+    too_large: str,
+    what: str,
+    wanted: str,
+    holds: str,
+) -> tuple[bytes | None, list[Finding]]:
+    """A file of secrets the spec names: its bytes (None when it cannot be read) and the findings about it.
+
+    ``code`` prefixes the codes (-missing, -grammar for a file over ``max_bytes``, -open for a mode that lets
+    others in); the messages name the field, never the content.
+    """
+    label = ".".join(str(part) for part in loc)
+    path = view.control_path(value)
+    try:
+        mode = path.stat().st_mode
+        data = read_regular_file(path, max_bytes)
+    except FileNotFoundError:
+        hint = f"it resolves to {_shown(path)} (a relative path is relative to the spec's directory)"
+        return None, [error(f"{code}-missing", f"{label} {value!r} does not exist", loc, hint=hint)]
+    except NotRegularFileError as exc:
+        message = f"{label} {value!r} is {exc.kind}, not a file"
+        return None, [error(f"{code}-missing", message, loc, hint=f"it resolves to {_shown(path)}; name {what}")]
+    except FileTooLargeError:
+        return None, [error(f"{code}-grammar", f"{label} {too_large}", loc, hint=f"name {wanted}")]
+    except OSError as exc:
+        hint = f"let the user running gpuclus read {_shown(path)}, and no one else"
+        return None, [error(f"{code}-missing", f"{label} {value!r} cannot be read ({exc.strerror})", loc, hint=hint)]
+    if not stat.S_IMODE(mode) & 0o077:
+        return data, []
+    message = f"{label} can be read or written by other users (mode {stat.S_IMODE(mode):04o}); it holds {holds}"
+    return data, [error(f"{code}-open", message, loc, hint=f"chmod 600 {shlex.quote(_shown(path))}")]
+
+
 @_check(*_containers("credentials_file"))
 def credentials_file(view: SpecView) -> list[Finding]:
     value = view.spec.containers.credentials_file
     if value is None:
         return []
     loc: Loc = ("containers", "credentials_file")
-    path = view.control_path(value)
-    quoted = shlex.quote(_shown(path))
-    try:
-        mode = path.stat().st_mode
-        data = read_regular_file(path, CREDENTIALS_MAX_BYTES)
-    except FileNotFoundError:
-        return [
-            error(
-                "credentials-file-missing",
-                f"containers.credentials_file {value!r} does not exist",
-                loc,
-                hint=f"it resolves to {_shown(path)} (a relative path is relative to the spec's directory)",
-            )
-        ]
-    except NotRegularFileError as exc:
-        return [
-            error(
-                "credentials-file-missing",
-                f"containers.credentials_file {value!r} is {exc.kind}, not a file",
-                loc,
-                hint=f"it resolves to {_shown(path)}; name the credentials file itself",
-            )
-        ]
-    except FileTooLargeError:
-        return [
-            error(
-                "credentials-file-grammar",
-                f"containers.credentials_file holds more than {CREDENTIALS_MAX_BYTES // 1024} KiB, "
-                "far more than a list of registries",
-                loc,
-                hint="name Enroot's credentials file, one `machine HOST login USER password PASSWORD` line each",
-            )
-        ]
-    except OSError as exc:
-        return [
-            error(
-                "credentials-file-missing",
-                f"containers.credentials_file {value!r} cannot be read ({exc.strerror})",
-                loc,
-                hint=f"let the user running gpuclus read {_shown(path)}, and no one else",
-            )
-        ]
-    findings: list[Finding] = []
-    if stat.S_IMODE(mode) & 0o077:
-        findings.append(
-            error(
-                "credentials-file-open",
-                f"containers.credentials_file can be read or written by other users (mode "
-                f"{stat.S_IMODE(mode):04o}); it holds registry passwords",
-                loc,
-                hint=f"chmod 600 {quoted}",
-            )
-        )
+    data, findings = _read_secret_file(
+        view,
+        value,
+        loc,
+        code="credentials-file",
+        max_bytes=CREDENTIALS_MAX_BYTES,
+        too_large=f"holds more than {CREDENTIALS_MAX_BYTES // 1024} KiB, far more than a list of registries",
+        what="the credentials file itself",
+        wanted="Enroot's credentials file, one `machine HOST login USER password PASSWORD` line each",
+        holds="registry passwords",
+    )
+    if data is None:
+        return findings
     # Only line numbers and word counts: every token of the file is a secret or names one.
     problems = credentials_problems(data)
     shown = problems[:MAX_CREDENTIAL_PROBLEMS]
@@ -1110,60 +1109,20 @@ def directory_bind_password_file(view: SpecView) -> list[Finding]:
     directory = view.spec.users.directory
     if directory is None or directory.bind_password_file is None:
         return []
-    value = directory.bind_password_file
     loc: Loc = ("users", "directory", "bind_password_file")
-    path = view.control_path(value)
-    try:
-        mode = path.stat().st_mode
-        data = read_regular_file(path, BIND_PASSWORD_MAX_BYTES)
-    except FileNotFoundError:
-        return [
-            error(
-                "directory-password-file-missing",
-                f"users.directory.bind_password_file {value!r} does not exist",
-                loc,
-                hint=f"it resolves to {_shown(path)} (a relative path is relative to the spec's directory)",
-            )
-        ]
-    except NotRegularFileError as exc:
-        return [
-            error(
-                "directory-password-file-missing",
-                f"users.directory.bind_password_file {value!r} is {exc.kind}, not a file",
-                loc,
-                hint=f"it resolves to {_shown(path)}; name the file holding the password",
-            )
-        ]
-    except FileTooLargeError:
-        return [
-            error(
-                "directory-password-file-grammar",
-                f"users.directory.bind_password_file holds more than {BIND_PASSWORD_MAX_BYTES} bytes, far more "
-                "than a password",
-                loc,
-                hint="name a file holding only the bind DN's password, on one line",
-            )
-        ]
-    except OSError as exc:
-        return [
-            error(
-                "directory-password-file-missing",
-                f"users.directory.bind_password_file {value!r} cannot be read ({exc.strerror})",
-                loc,
-                hint=f"let the user running gpuclus read {_shown(path)}, and no one else",
-            )
-        ]
-    findings: list[Finding] = []
-    if stat.S_IMODE(mode) & 0o077:
-        findings.append(
-            error(
-                "directory-password-file-open",
-                f"users.directory.bind_password_file can be read or written by other users (mode "
-                f"{stat.S_IMODE(mode):04o}); it holds the directory's bind password",
-                loc,
-                hint=f"chmod 600 {shlex.quote(_shown(path))}",
-            )
-        )
+    data, findings = _read_secret_file(
+        view,
+        directory.bind_password_file,
+        loc,
+        code="directory-password-file",
+        max_bytes=BIND_PASSWORD_MAX_BYTES,
+        too_large=f"holds more than {BIND_PASSWORD_MAX_BYTES} bytes, far more than a password",
+        what="the file holding the password",
+        wanted="a file holding only the bind DN's password, on one line",
+        holds="the directory's bind password",
+    )
+    if data is None:
+        return findings
     problem = _bind_password_problem(data)
     if problem:
         findings.append(
