@@ -17,6 +17,9 @@
 # the default is Debian 12 (`gpuclus sandbox up --os`). GPUCLUS_SANDBOX_NAME and
 # GPUCLUS_SANDBOX_SUBNET name the sandbox and fix its subnet (default: sandbox,
 # the first free /24 of 10.213.0.0/16), for a run beside another sandbox.
+# GPUCLUS_SANDBOX_WHEELHOUSE (`sandbox up --wheelhouse`; scripts/wheelhouse.sh
+# fills one) turns on the PyTorch phase too: Lmod, a node-local PyTorch
+# environment built from those wheels, and the job templates.
 set -euo pipefail
 # A relative GPUCLUS_ARTIFACTS_DIR means from where the script was started.
 artifacts="${GPUCLUS_ARTIFACTS_DIR:-}"

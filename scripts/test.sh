@@ -14,8 +14,11 @@ if ls /opt/wheels/torch-2.13.0+cpu-*.whl >/dev/null 2>&1; then
   bash scripts/wheelhouse.sh .cache/wheelhouse
 fi
 
-# Each step says when it started: the lanes' logs then show where CI's time goes.
-step() { printf '\n==> %s (%s)\n' "$*" "$(date +%T)"; }
+# Each step says when it started and how many CPU seconds the host has used
+# since the start (the time goes where the CPU goes: the machine is CPU-bound).
+cpu_seconds() { awk '/^cpu /{printf "%d", ($2 + $3 + $4 + $7 + $8) / 100}' /proc/stat; }
+cpu_start=$(cpu_seconds)
+step() { printf '\n==> %s (%s, host CPU %ss)\n' "$*" "$(date +%T)" "$(($(cpu_seconds) - cpu_start))"; }
 
 # `gpuclus image build` packs images with mksquashfs; its tests want the real
 # one (they skip, saying so, where it cannot be installed).
@@ -50,43 +53,35 @@ lint() {
 }
 # Three lanes run side by side (the integration tests spend much of their time
 # waiting on Slurm, systemd and apt, so two cores carry them):
-#   A (foreground) the cluster suite on Debian 12 nodes: jobs, containers,
-#     PyTorch, monitoring, validate with its faults, and the day-two tests
-#     (down node, nodes add/remove, plan stamps, reboot, upgrade);
-#   B (background) the cluster suite's core on Debian 13 nodes (Slurm 24.11):
-#     sandbox up --os debian13, deploy, a re-deploy changing nothing, check
-#     mode, jobs, NFS, containers, drift, monitoring, validate healthy and after
-#     faults, health check, failover, no secret in a verbose deploy's output,
-#     users, reset (there, not in A, to even out the lanes' lengths); then the tests with sandboxes of their own (deploy
-#     engine, sandbox lifecycle, docker, two directories, a mixed Debian 13/12
-#     sandbox, image build);
+#   A (foreground) the README's quickstart as it stands (Debian 12 nodes:
+#     sandbox up, deploy, jobs, validate), whose cluster is then the Debian 12
+#     suite's (GPUCLUS_TEST_QUICKSTART=1; conftest.py): jobs, containers,
+#     PyTorch, monitoring, validate with its faults, and the day-two tests (down
+#     node, nodes add/remove, plan stamps, reboot, upgrade);
+#   B (background) the cluster suite's core on Debian 13 nodes (Slurm 24.11,
+#     scripts/test-debian13.sh): sandbox up --os debian13, deploy, a re-deploy
+#     changing nothing, check mode, jobs, NFS, containers, drift, monitoring,
+#     validate healthy and after faults, health check, failover, no secret in a
+#     verbose deploy's output, users, reset;
 #   C (background) the linters and the type check, the unit tests, the molecule
 #     scenarios (each role alone on Debian 12 nodes: munge + slurm + accounts,
 #     nfs, prometheus, nvidia with Debian's real driver packages on a node where
 #     no module can load, enroot, users, sssd against an OpenLDAP server), the
-#     README's quickstart as it stands (Debian 12 nodes), then the deploy-fault
-#     test (Ctrl-C at random moments, a sandbox of its own: C ends earliest
-#     otherwise).
-# The machine is CPU-bound with three lanes, so each lane does only what no
-# other does: the quickstart's steps on Debian 13 (sandbox up --os debian13,
-# deploy, validate) are lane B's fixture and tests, so its quickstart runs on
-# Debian 12 only (`GPUCLUS_SANDBOX_OS=debian13 bash scripts/quickstart.sh` runs
-# it on Debian 13).
+#     tests with sandboxes of their own (deploy engine, sandbox lifecycle,
+#     docker, two directories, a mixed Debian 13/12 sandbox, image build), then
+#     the deploy-fault test (Ctrl-C at random moments).
+# The machine is CPU-bound with three lanes (a fresh deploy uses 1.7 cores
+# alone), so each lane does only what no other does: the quickstart's deploy
+# is lane A's fixture rather than a cluster of its own, and its steps on
+# Debian 13 (sandbox up --os debian13, deploy, validate) are lane B's fixture
+# and tests (`GPUCLUS_SANDBOX_OS=debian13 bash scripts/quickstart.sh` runs the
+# script itself there). Each step prints the host's CPU seconds used so far.
 # Each lane's sandboxes have subnets of their own, so two `sandbox up`s never
 # pick the same one. Lanes B and C print their output when A is done.
 # molecule's 3-node `cluster` scenario repeats what lanes A and B cover and is
 # left to `molecule test -s cluster`. Which test runs on which OS, and why:
 # the README's Development section.
 it=tests/integration
-quickstart() { # OS NAME SUBNET: the README's first command, then its sandbox removed
-  local work status=0
-  work=$(mktemp -d)
-  GPUCLUS_SANDBOX_OS=$1 GPUCLUS_SANDBOX_NAME=$2 GPUCLUS_SANDBOX_SUBNET=$3 \
-    bash scripts/quickstart.sh "$work/demo" || status=$?
-  "$PWD/.venv/bin/gpuclus" sandbox down --name "$2" >/dev/null 2>&1 || true
-  rm -rf "$work"
-  return "$status"
-}
 lane_b_log=$(mktemp)
 lane_c_log=$(mktemp)
 # A lane goes on after a failing step (each step's result is worth seeing) and fails at its end.
@@ -94,10 +89,6 @@ lane_c_log=$(mktemp)
   status=0
   step "lane B: pytest, the cluster suite on Debian 13 nodes (scripts/test-debian13.sh)"
   bash scripts/test-debian13.sh --durations=15 -p no:cacheprovider || status=1
-  step "lane B: pytest, the tests with sandboxes of their own"
-  pytest --durations=15 -p no:cacheprovider \
-    $it/test_deploy_engine.py $it/test_sandbox.py $it/test_sandbox_docker.py \
-    $it/test_sandbox_two_dirs.py $it/test_sandbox_mixed.py $it/test_image_build.py || status=1
   step "lane B: done"
   exit "$status"
 ) >"$lane_b_log" 2>&1 </dev/null &
@@ -111,20 +102,22 @@ lane_b=$!
     step "lane C: molecule $scenario (converge, idempotence, verify)"
     GPUCLUS_MOLECULE_SUBNET=10.213.150.0/24 molecule test -s "$scenario" || status=1
   done
-  step "lane C: the README quickstart (Debian 12 nodes)"
-  quickstart debian12 sandbox 10.213.160.0/24 || status=1
+  step "lane C: pytest, the tests with sandboxes of their own"
+  pytest --durations=15 -p no:cacheprovider \
+    $it/test_deploy_engine.py $it/test_sandbox.py $it/test_sandbox_docker.py \
+    $it/test_sandbox_two_dirs.py $it/test_sandbox_mixed.py $it/test_image_build.py || status=1
   step "lane C: pytest, Ctrl-C at random moments of a deploy (a sandbox of its own)"
   GPUCLUS_TEST_SUBNET=10.213.170.0/24 pytest --durations=5 -p no:cacheprovider $it/test_deploy_faults.py || status=1
   step "lane C: done"
   exit "$status"
 ) >"$lane_c_log" 2>&1 </dev/null &
 lane_c=$!
-step "lane A: pytest, the cluster suite on Debian 12 nodes (lanes B and C print after it)"
+step "lane A: the README quickstart, then the cluster suite on its Debian 12 nodes (lanes B and C print after it)"
 lane_a_status=0
 # Two validate fault tests are left out for CI's time (each waits ~2 min for Slurm's repair): a stopped
 # slurmd fails launch.srun as the stopped node before it does, and launch.gres-devices' probe is covered
 # on recorded output in the unit tests. `pytest tests/integration` runs everything on Debian 12.
-GPUCLUS_TEST_SUBNET=10.213.100.0/24 pytest --durations=25 -p no:cacheprovider \
+GPUCLUS_TEST_QUICKSTART=1 GPUCLUS_TEST_SUBNET=10.213.100.0/24 pytest --durations=25 -p no:cacheprovider \
   $it/test_cluster.py $it/test_cluster_containers.py $it/test_cluster_pytorch.py $it/test_cluster_monitoring.py \
   $it/test_cluster_validate.py $it/test_cluster_down_node.py $it/test_cluster_nodes.py \
   $it/test_cluster_plan_stamps.py $it/test_cluster_hints.py $it/test_cluster_reboot.py $it/test_cluster_upgrade.py \
@@ -139,8 +132,8 @@ wait "$lane_c" || lane_c_status=$?
 cat "$lane_b_log" "$lane_c_log"
 rm -f "$lane_b_log" "$lane_c_log"
 if [ "$lane_a_status" -ne 0 ] || [ "$lane_b_status" -ne 0 ] || [ "$lane_c_status" -ne 0 ]; then
-  echo "failed: lane A (Debian 12 cluster suite) exit $lane_a_status;" \
-    "lane B (Debian 13 cluster suite, own-sandbox tests) exit $lane_b_status;" \
-    "lane C (linters, unit tests, molecule, quickstart, deploy faults) exit $lane_c_status" >&2
+  echo "failed: lane A (quickstart, Debian 12 cluster suite) exit $lane_a_status;" \
+    "lane B (Debian 13 cluster suite) exit $lane_b_status;" \
+    "lane C (linters, unit tests, molecule, own-sandbox tests, deploy faults) exit $lane_c_status" >&2
   exit 1
 fi

@@ -3,6 +3,12 @@
 Deploying takes minutes, so it happens once per session: sandbox up → deploy →
 deploy again (the second must change nothing). The cluster is removed at the
 end of the session, also when a test fails.
+
+With GPUCLUS_TEST_QUICKSTART=1 the first three steps are the README's first
+command, scripts/quickstart.sh (sandbox up, deploy, jobs, validate), run with
+this session's cluster name, OS, subnet, artifacts and wheelhouse: .ci/run's
+Debian 12 lane proves the quickstart and deploys its cluster with one fresh
+deploy instead of two (on CI's two cores a fresh deploy is several minutes).
 """
 
 from __future__ import annotations
@@ -16,7 +22,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_helpers import CLUSTER, SANDBOX_UP, Cluster, gpuclus
+from cluster_helpers import (
+    ARTIFACTS_DIR,
+    CLUSTER,
+    NODE_OS,
+    REPO_ROOT,
+    SANDBOX_UP,
+    SUBNET,
+    WHEELHOUSE,
+    Cluster,
+    gpuclus,
+)
 
 from gpuclus.sandbox.image import ADMIN_USER
 from gpuclus.ssh.client import SshTarget, run_once
@@ -35,22 +51,31 @@ def deployed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRe
         pytest.skip("the sandbox needs root for privileged containers")
     check_runs = _check_runs_wanted(request.session)
     spec = tmp_path_factory.mktemp(CLUSTER) / "sandbox.yaml"
-    up = gpuclus(*SANDBOX_UP, "--spec", str(spec))
+    via_quickstart = os.environ.get("GPUCLUS_TEST_QUICKSTART") == "1"
+    # The check runs need the fresh nodes before any deploy, which the quickstart does not leave.
+    assert not (via_quickstart and check_runs), "GPUCLUS_TEST_QUICKSTART=1 cannot run test_cluster_check_mode.py"
+    fresh_check = None
+    after_fresh_check: dict[str, str] = {}
     try:
-        assert up.returncode == 0, up.stderr
-        status = json.loads(gpuclus("sandbox", "status", "--spec", str(spec), "--json").stdout)
-        addresses = {node["name"]: node["address"] for node in status["nodes"]}
-        # A check run on the fresh nodes first: it must succeed and leave them as they were.
-        fresh_check = gpuclus("deploy", str(spec), "--check", "--json") if check_runs else None
-        after_fresh_check = (
-            {node: _installed(spec, address) for node, address in addresses.items()} if check_runs else {}
-        )
-        started = time.monotonic()
-        # A hang guard, not a time limit: with three lanes on two cores a fresh deploy with containers and
-        # PyTorch came close to 20 min (the whole fixture takes about 13 alone); 40 leave room, still no hang.
-        first = gpuclus("deploy", str(spec), "--json", timeout=2400)
-        first_seconds = time.monotonic() - started
-        assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
+        if via_quickstart:
+            first_report = _quickstart(spec)
+            first_seconds = float(first_report["seconds"])
+        else:
+            up = gpuclus(*SANDBOX_UP, "--spec", str(spec))
+            assert up.returncode == 0, up.stderr
+            status = json.loads(gpuclus("sandbox", "status", "--spec", str(spec), "--json").stdout)
+            addresses = {node["name"]: node["address"] for node in status["nodes"]}
+            # A check run on the fresh nodes first: it must succeed and leave them as they were.
+            if check_runs:
+                fresh_check = gpuclus("deploy", str(spec), "--check", "--json")
+                after_fresh_check = {node: _installed(spec, address) for node, address in addresses.items()}
+            started = time.monotonic()
+            # A hang guard, not a time limit: with three lanes on two cores a fresh deploy with containers and
+            # PyTorch came close to 20 min (the whole fixture takes about 13 alone); 40 leave room, still no hang.
+            first = gpuclus("deploy", str(spec), "--json", timeout=2400)
+            first_seconds = time.monotonic() - started
+            assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
+            first_report = json.loads(first.stdout)
         started = time.monotonic()
         second = gpuclus("deploy", str(spec), "--json")
         second_seconds = time.monotonic() - started
@@ -62,7 +87,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRe
             spec=spec,
             engine=status["engine"],
             addresses={node["name"]: node["address"] for node in status["nodes"]},
-            first=json.loads(first.stdout),
+            first=first_report,
             second=json.loads(second.stdout),
             fresh_check=_json_or_output(fresh_check) if fresh_check else {},
             after_fresh_check=after_fresh_check,
@@ -70,6 +95,41 @@ def deployed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRe
         )
     finally:
         gpuclus("sandbox", "down", "--spec", str(spec))
+        if via_quickstart:
+            # A quickstart stopped before `sandbox up` wrote the spec left its nodes under the name only.
+            gpuclus("sandbox", "down", "--name", CLUSTER)
+
+
+def _quickstart(spec: Path) -> dict[str, Any]:
+    """scripts/quickstart.sh in the spec's directory for this session's sandbox; its deploy's run record.
+
+    Its output goes to quickstart.log beside the spec (the tail is shown when it fails).
+    """
+    environment = {
+        **os.environ,
+        "GPUCLUS_SANDBOX_NAME": CLUSTER,
+        "GPUCLUS_SANDBOX_OS": NODE_OS,
+        **({"GPUCLUS_SANDBOX_SUBNET": SUBNET} if SUBNET else {}),
+        **({"GPUCLUS_ARTIFACTS_DIR": str(ARTIFACTS_DIR)} if ARTIFACTS_DIR is not None else {}),
+        **({"GPUCLUS_SANDBOX_WHEELHOUSE": str(WHEELHOUSE)} if WHEELHOUSE is not None else {}),
+    }
+    log = spec.parent / "quickstart.log"
+    with log.open("w") as output:
+        # A hang guard: the fresh deploy inside came close to 20 min with three lanes on two cores.
+        done = subprocess.run(
+            ["bash", str(REPO_ROOT / "scripts" / "quickstart.sh"), str(spec.parent)],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env=environment,
+            timeout=3000,
+            check=False,
+        )
+    assert done.returncode == 0, f"the quickstart failed (exit {done.returncode}):\n" + log.read_text()[-6000:]
+    assert spec.is_file(), f"the quickstart wrote no {spec}"
+    runs = json.loads(gpuclus("runs", "list", "--spec", str(spec), "--json").stdout)["runs"]
+    deploys = [run for run in runs if run["kind"] == "deploy"]
+    assert len(deploys) == 1, f"the quickstart should have deployed once: {[run['id'] for run in runs]}"
+    return dict(deploys[0])
 
 
 # What a deploy would have put on a node: Slurm, munge, Prometheus and chrony

@@ -106,6 +106,8 @@ def up(
         Path | None,
         typer.Option(
             "--wheelhouse",
+            envvar="GPUCLUS_SANDBOX_WHEELHOUSE",
+            show_envvar=True,
             help="Directory on this host with the wheels for the nodes' PyTorch environment (torch 2.13.0 for "
             "Python 3.11 and its dependencies; scripts/wheelhouse.sh fills one): the spec then turns on Lmod, "
             "a node-local PyTorch environment built from it, and the job templates. Default: off. A later `up` "
