@@ -231,9 +231,13 @@ def active_users_can_log_in(users: UsersFile) -> list[Finding]:
     return [
         warning(
             "no-ssh-key",
-            f"user {user.name!r} has no SSH key, so cannot log in (there are no passwords)",
+            f"user {user.name!r} has no SSH key here, so cannot log in (there are no passwords) "
+            "unless a directory holds the key",
             ("users", i, "name"),
-            hint="add the user's public key under ssh_keys",
+            # The users file does not know the spec: with users.directory.ssh_keys_attribute the
+            # directory's keys are the ones sshd asks for, and this warning can be ignored.
+            hint="add the user's public key under ssh_keys, or keep it in the directory "
+            "(the spec's users.directory.ssh_keys_attribute)",
         )
         for i, user in enumerate(users.users)
         if not user.removed and not user.ssh_keys
