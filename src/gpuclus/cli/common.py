@@ -76,3 +76,25 @@ def load_checked_spec(path: Path, out: Output) -> Any:
 def require_absent_or_force(path: Path, force: bool, what: str) -> None:
     if path.exists() and not force:
         raise UsageError(f"{path} already exists; not overwriting the {what}", "pass --force to replace it")
+
+
+def require_typed_name(name: str, typed: str | None, *, deletes: str, flag: str, interactive: bool) -> None:
+    """Before data is deleted: ``name`` typed at a prompt, or given with ``flag`` where there is no terminal.
+
+    ``deletes`` says what goes ("--purge-data deletes everything in the NFS
+    export directories"). A flag such as --yes never stands in for the name:
+    deleting data is the one step that asks for more than a yes.
+    """
+    if typed is None:
+        if not interactive:
+            raise UsageError(
+                f"{deletes} and needs the name {name} typed: no terminal here",
+                f"pass {flag} {name} (--yes is not enough)",
+            )
+        typed = typer.prompt(f"{deletes}. Type {name} to go on", default="", show_default=False, err=True)
+    if typed != name:
+        raise GpuclusError(
+            f"the name typed does not match {name}; nothing was changed",
+            f"type {name} exactly, or leave out what deletes the data",
+            exit_code=ExitCode.FAILED,
+        )

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from gpuclus.cli.common import DEFAULT_SPEC, JsonOption, handled, load_checked_spec
+from gpuclus.cli.common import DEFAULT_SPEC, JsonOption, handled, load_checked_spec, require_typed_name
 from gpuclus.errors import ExitCode, GpuclusError, UsageError
 from gpuclus.output import Output
 from gpuclus.spec import hostlist
@@ -160,25 +160,13 @@ def _confirm(
     """Ask before tearing down; --purge-data needs the cluster's name, typed or given with --confirm-purge."""
     interactive = _interactive()
     if purge:
-        if typed is None:
-            if not interactive:
-                raise UsageError(
-                    "--purge-data deletes the NFS exports' data and needs the cluster's name typed: no terminal here",
-                    f"pass --confirm-purge {cluster} (--yes is not enough for --purge-data)",
-                )
-            typed = typer.prompt(
-                f"--purge-data deletes everything in the NFS export directories. Type the cluster name "
-                f"({cluster}) to go on",
-                default="",
-                show_default=False,
-                err=True,
-            )
-        if typed != cluster:
-            raise GpuclusError(
-                f"the name typed does not match the cluster's ({cluster}); nothing was changed",
-                "type the cluster name exactly, or leave --purge-data out",
-                exit_code=ExitCode.FAILED,
-            )
+        require_typed_name(
+            cluster,
+            typed,
+            deletes="--purge-data deletes everything in the NFS export directories",
+            flag="--confirm-purge",
+            interactive=interactive,
+        )
     if yes:
         return
     if not interactive:

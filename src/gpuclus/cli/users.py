@@ -9,8 +9,15 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from gpuclus.cli.common import DEFAULT_SPEC, JsonOption, handled, load_checked_spec, read_positioned_file
-from gpuclus.errors import ExitCode, GpuclusError, SpecInvalidError, UsageError
+from gpuclus.cli.common import (
+    DEFAULT_SPEC,
+    JsonOption,
+    handled,
+    load_checked_spec,
+    read_positioned_file,
+    require_typed_name,
+)
+from gpuclus.errors import ExitCode, SpecInvalidError, UsageError
 from gpuclus.output import Output, findings_summary, plural
 
 DEFAULT_USERS = Path("users.yaml")
@@ -179,24 +186,13 @@ def remove(
 
 def _confirm_deletion(name: str, typed: str | None) -> None:
     """The user's name, typed at a prompt or given with --confirm-delete, before a home is deleted."""
-    if typed is None:
-        if not sys.stdin.isatty():
-            raise UsageError(
-                f"--delete-home deletes {name}'s files and needs the name typed: no terminal here",
-                f"pass --confirm-delete {name}",
-            )
-        typed = typer.prompt(
-            f"--delete-home deletes {name}'s home and every file in it. Type the user's name ({name}) to go on",
-            default="",
-            show_default=False,
-            err=True,
-        )
-    if typed != name:
-        raise GpuclusError(
-            f"the name typed does not match ({name}); nothing was written or deleted",
-            "type the user's name exactly, or leave --delete-home out",
-            exit_code=ExitCode.FAILED,
-        )
+    require_typed_name(
+        name,
+        typed,
+        deletes=f"--delete-home deletes {name}'s home and every file in it",
+        flag="--confirm-delete",
+        interactive=sys.stdin.isatty(),
+    )
 
 
 @app.command("list")
