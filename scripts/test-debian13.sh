@@ -6,7 +6,9 @@
 # repair (plus MPI), the health check, failover, no secret in the output of a
 # verbose deploy and a check run, the users phase (logins with
 # the users' own keys, Slurm accounts and limits, fairshare), and last
-# `gpuclus reset` with a deploy from scratch.
+# `gpuclus reset` with a deploy from scratch of base, NFS and Slurm; between
+# failover and secrets the day-two tests that lane A used to run (plan stamps,
+# a rolling Pyxis upgrade while a job runs), to even out the lanes.
 # Lane B of scripts/test.sh runs it beside the Debian 12 suite; the other
 # day-two tests, the deploy-fault and the slow validate-fault tests run on
 # Debian 12 only (the same code). Needs root and what scripts/test.sh installs
@@ -22,8 +24,8 @@ it=tests/integration
 GPUCLUS_TEST_OS=debian13 GPUCLUS_TEST_CLUSTER=itd13 GPUCLUS_TEST_SUBNET=10.213.200.0/24 pytest \
   $it/test_cluster.py $it/test_cluster_check_mode.py $it/test_cluster_containers.py \
   $it/test_cluster_config_drift.py $it/test_cluster_monitoring.py $it/test_cluster_validate.py \
-  $it/test_cluster_health.py $it/test_cluster_failover.py $it/test_cluster_secrets.py $it/test_cluster_users.py \
-  $it/test_cluster_zz_reset.py \
+  $it/test_cluster_health.py $it/test_cluster_failover.py $it/test_cluster_plan_stamps.py \
+  $it/test_cluster_upgrade.py $it/test_cluster_secrets.py $it/test_cluster_users.py $it/test_cluster_zz_reset.py \
   --deselect $it/test_cluster_validate.py::test_a_stopped_slurmd_is_named \
   --deselect $it/test_cluster_validate.py::test_gres_conf_claiming_more_gpus_than_the_node_has_is_named \
   --deselect $it/test_cluster_validate.py::test_a_stopped_compute_node_is_named \

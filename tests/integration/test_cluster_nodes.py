@@ -129,8 +129,14 @@ def test_a_node_added_while_a_job_runs_then_removed(cluster: Cluster) -> None:
         back = gpuclus(*SANDBOX_UP, "--spec", str(cluster.spec))
         assert back.returncode == 0, back.stdout + back.stderr
     assert set(spec_nodes(cluster.spec)) == {HEAD, GPU1, GPU2}
-    # That the shared cluster is whole again (a deploy changes nothing, every node's stamp in sync)
-    # is what test_cluster_plan_stamps.py, which runs next, checks first.
+    # The shared cluster is whole again: nothing differs from the last deploy, every node's stamp in sync.
+    planned = gpuclus("plan", str(cluster.spec), "--json", timeout=120)
+    assert planned.returncode == 0, planned.stdout[-3000:] + planned.stderr[-3000:]
+    plan = json.loads(planned.stdout)
+    assert plan["files"] == [] and plan["in_sync"] is True, plan
+    assert {name: node["state"] for name, node in plan["nodes"].items()} == dict.fromkeys(
+        (HEAD, GPU1, GPU2), "in_sync"
+    ), plan["nodes"]
 
 
 def _wait(condition: Any, seconds: float, message: str) -> None:
