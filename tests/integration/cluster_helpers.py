@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -88,6 +89,19 @@ def default_signals() -> None:
 
 def gpuclus(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*GPUCLUS, *args], capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def plan_json(spec: Path) -> dict[str, Any]:
+    """`gpuclus plan --json` of the spec (it asks every node for its deploy stamp); exit 0 asserted."""
+    result = gpuclus("plan", str(spec), "--json", timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
+def plan_states(report: dict[str, Any]) -> dict[str, str]:
+    """Each node's state in a plan report: in_sync, not_deployed, ..."""
+    return {name: node["state"] for name, node in report["nodes"].items()}
 
 
 @dataclass

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_helpers import CLUSTER, GPU1, GPU2, HEAD, SANDBOX_UP, Cluster, gpuclus
+from cluster_helpers import CLUSTER, GPU1, GPU2, HEAD, SANDBOX_UP, Cluster, gpuclus, plan_json, plan_states
 
 from gpuclus.spec.load import load_spec
 
@@ -130,13 +130,9 @@ def test_a_node_added_while_a_job_runs_then_removed(cluster: Cluster) -> None:
         assert back.returncode == 0, back.stdout + back.stderr
     assert set(spec_nodes(cluster.spec)) == {HEAD, GPU1, GPU2}
     # The shared cluster is whole again: nothing differs from the last deploy, every node's stamp in sync.
-    planned = gpuclus("plan", str(cluster.spec), "--json", timeout=120)
-    assert planned.returncode == 0, planned.stdout[-3000:] + planned.stderr[-3000:]
-    plan = json.loads(planned.stdout)
+    plan = plan_json(cluster.spec)
     assert plan["files"] == [] and plan["in_sync"] is True, plan
-    assert {name: node["state"] for name, node in plan["nodes"].items()} == dict.fromkeys(
-        (HEAD, GPU1, GPU2), "in_sync"
-    ), plan["nodes"]
+    assert plan_states(plan) == dict.fromkeys((HEAD, GPU1, GPU2), "in_sync"), plan["nodes"]
 
 
 def _wait(condition: Any, seconds: float, message: str) -> None:

@@ -18,7 +18,7 @@ import os
 from typing import Any
 
 import pytest
-from cluster_helpers import GPU1, GPU2, HEAD, Cluster, gpuclus
+from cluster_helpers import GPU1, GPU2, HEAD, Cluster, gpuclus, plan_json, plan_states
 
 from gpuclus.deploy.node_stamps import STAMP_PATH
 
@@ -35,17 +35,6 @@ def cluster(deployed: Cluster) -> Cluster:
     return deployed
 
 
-def plan_json(cluster: Cluster) -> dict[str, Any]:
-    result = gpuclus("plan", str(cluster.spec), "--json", timeout=120)
-    assert result.returncode == 0, result.stdout + result.stderr
-    report: dict[str, Any] = json.loads(result.stdout)
-    return report
-
-
-def states(report: dict[str, Any]) -> dict[str, str]:
-    return {name: node["state"] for name, node in report["nodes"].items()}
-
-
 def deploy(cluster: Cluster, *options: str) -> dict[str, Any]:
     result = gpuclus("deploy", str(cluster.spec), "--json", *options)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
@@ -54,9 +43,9 @@ def deploy(cluster: Cluster, *options: str) -> dict[str, Any]:
 
 
 def test_plan_reads_each_nodes_stamp_and_names_a_node_without_one(cluster: Cluster) -> None:
-    report = plan_json(cluster)
+    report = plan_json(cluster.spec)
     assert report["files"] == [], report["files"]
-    assert states(report) == dict.fromkeys(NODES, "in_sync"), report["nodes"]
+    assert plan_states(report) == dict.fromkeys(NODES, "in_sync"), report["nodes"]
     assert report["in_sync"] is True
     # The stamp: what the role wrote, world-readable, root's, no secret, no run id.
     stamp = json.loads(cluster.on(GPU1, f"cat {STAMP_PATH}").stdout)
@@ -67,9 +56,9 @@ def test_plan_reads_each_nodes_stamp_and_names_a_node_without_one(cluster: Clust
     try:
         # A recreated node: empty, no stamp, while the local last-applied copy still matches.
         cluster.on(GPU1, f"sudo rm {STAMP_PATH}")
-        report = plan_json(cluster)
+        report = plan_json(cluster.spec)
         assert report["files"] == []
-        assert states(report) == {HEAD: "in_sync", GPU1: "not_deployed", GPU2: "in_sync"}
+        assert plan_states(report) == {HEAD: "in_sync", GPU1: "not_deployed", GPU2: "in_sync"}
         assert report["in_sync"] is False
         human = gpuclus("plan", str(cluster.spec), timeout=120)
         assert human.returncode == 0, human.stderr
@@ -82,13 +71,13 @@ def test_plan_reads_each_nodes_stamp_and_names_a_node_without_one(cluster: Clust
         # Some phases only: the node did not get everything, so no stamp.
         partial = deploy(cluster, "--only", "base", "--limit", GPU1)
         assert [phase["name"] for phase in partial["phases"]] == ["base"]
-        assert states(plan_json(cluster))[GPU1] == "not_deployed"
+        assert plan_states(plan_json(cluster.spec))[GPU1] == "not_deployed"
 
         # Every phase, limited to that node: it gets its stamp back, and only it changes.
         full = deploy(cluster, "--limit", GPU1)
         assert full["hosts"][GPU1]["changed"] >= 1, full["hosts"]
-        report = plan_json(cluster)
-        assert states(report) == dict.fromkeys(NODES, "in_sync"), report["nodes"]
+        report = plan_json(cluster.spec)
+        assert plan_states(report) == dict.fromkeys(NODES, "in_sync"), report["nodes"]
         assert report["in_sync"] is True
     finally:
         if cluster.on(GPU1, f"test -e {STAMP_PATH}", check=False).exit_status != 0:
@@ -98,7 +87,7 @@ def test_plan_reads_each_nodes_stamp_and_names_a_node_without_one(cluster: Clust
 def test_a_no_change_deploy_rewrites_no_stamp(cluster: Cluster) -> None:
     report = deploy(cluster)
     assert report["changed"] == 0, report["hosts"]
-    assert states(plan_json(cluster)) == dict.fromkeys(NODES, "in_sync")
+    assert plan_states(plan_json(cluster.spec)) == dict.fromkeys(NODES, "in_sync")
 
 
 def test_plan_check_shows_its_phases_and_how_long_it_took(cluster: Cluster) -> None:
@@ -109,4 +98,4 @@ def test_plan_check_shows_its_phases_and_how_long_it_took(cluster: Cluster) -> N
         assert any(f"{phase} (" in line and "would change)" in line for line in lines), result.stderr
     assert result.stdout.rstrip().splitlines()[-1].startswith("check run took ")
     # A check run writes no stamp and does not count one.
-    assert states(plan_json(cluster)) == dict.fromkeys(NODES, "in_sync")
+    assert plan_states(plan_json(cluster.spec)) == dict.fromkeys(NODES, "in_sync")
