@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The cluster suite's core on Debian 13 sandbox nodes (Slurm 24.11, nfs-ganesha
-# 6, Enroot + Pyxis rebuilt against 24.11): deploy, a re-deploy that changes
-# nothing, check runs, jobs, NFS, container jobs, drift, Prometheus and the
+# 6, Enroot + Pyxis rebuilt against 24.11): a check run on the fresh nodes, Ctrl-C
+# at random moments of their first deploys (test_deploy_faults.py: the session
+# fixture interrupts them before its deploy, which must then succeed; a sandbox
+# of its own cost CI a whole fresh deploy more), deploy, a re-deploy that changes
+# nothing, a check run on the deployed cluster, jobs, NFS, container jobs, drift, Prometheus and the
 # dashboards' queries, validate healthy and after the faults that need no long
 # repair (plus MPI), the health check, failover, no secret in the output of a
 # verbose deploy and a check run, the users phase (logins with
@@ -10,7 +13,7 @@
 # failover and secrets the day-two tests that lane A used to run (plan stamps,
 # a rolling Pyxis upgrade while a job runs), to even out the lanes.
 # Lane B of scripts/test.sh runs it beside the Debian 12 suite; the other
-# day-two tests, the deploy-fault and the slow validate-fault tests run on
+# day-two tests and the slow validate-fault tests run on
 # Debian 12 only (the same code). Needs root and what scripts/test.sh installs
 # (run that once first); 30-40 minutes on 2 cores. Extra arguments go to pytest.
 # The healthy run right after the faults runs here again: its two Debian 13
@@ -22,7 +25,7 @@ cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
 it=tests/integration
 GPUCLUS_TEST_OS=debian13 GPUCLUS_TEST_CLUSTER=itd13 GPUCLUS_TEST_SUBNET=10.213.200.0/24 pytest \
-  $it/test_cluster.py $it/test_cluster_check_mode.py $it/test_cluster_containers.py \
+  $it/test_cluster.py $it/test_cluster_check_mode.py $it/test_deploy_faults.py $it/test_cluster_containers.py \
   $it/test_cluster_config_drift.py $it/test_cluster_monitoring.py $it/test_cluster_validate.py \
   $it/test_cluster_health.py $it/test_cluster_failover.py $it/test_cluster_plan_stamps.py \
   $it/test_cluster_upgrade.py $it/test_cluster_secrets.py $it/test_cluster_users.py $it/test_cluster_zz_reset.py \

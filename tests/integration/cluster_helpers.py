@@ -9,7 +9,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -17,6 +17,9 @@ from gpuclus.sandbox.image import ADMIN_USER
 from gpuclus.sandbox.oses import DEFAULT_OS, OSES
 from gpuclus.ssh.client import CommandResult, SshTarget, connect, run
 from gpuclus.state import StateDir
+
+if TYPE_CHECKING:
+    from interruptions import Interruptions
 
 # Another name lets a second test run share the machine with one in progress.
 CLUSTER = os.environ.get("GPUCLUS_TEST_CLUSTER", "itcl")
@@ -117,6 +120,9 @@ class Cluster:
     after_fresh_check: dict[str, str] = field(default_factory=dict)
     # `deploy --check --json` on the deployed cluster, after the second deploy.
     deployed_check: dict[str, Any] = field(default_factory=dict)
+    # The interrupted deploys of the fresh nodes before the first (interruptions.Interruptions), when
+    # test_deploy_faults.py is in the session.
+    interruptions: Interruptions | None = None
 
     def on(self, node: str, command: str, *, check: bool = True, timeout: float = 120) -> CommandResult:
         state = StateDir.beside(self.spec)

@@ -33,29 +33,35 @@ from cluster_helpers import (
     Cluster,
     gpuclus,
 )
+from interruptions import interrupt_fresh_deploys
 
 from gpuclus.sandbox.image import ADMIN_USER
 from gpuclus.ssh.client import SshTarget, run_once
 from gpuclus.state import StateDir
 
 
-def _check_runs_wanted(session: pytest.Session) -> bool:
-    """Whether a test of test_cluster_check_mode.py runs in this session: only then are the fixture's two
-    check runs (minutes) worth making (.ci/run runs that module in its Debian 13 lane only)."""
-    return any(item.nodeid.startswith("tests/integration/test_cluster_check_mode.py") for item in session.items)
+def _module_in_session(session: pytest.Session, module: str) -> bool:
+    """Whether a test of tests/integration/``module`` runs in this session: only then is the fixture's work
+    for it (minutes) worth doing."""
+    return any(item.nodeid.startswith(f"tests/integration/{module}") for item in session.items)
 
 
 @pytest.fixture(scope="session")
 def deployed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Cluster]:
     if os.geteuid() != 0:
         pytest.skip("the sandbox needs root for privileged containers")
-    check_runs = _check_runs_wanted(request.session)
+    # .ci/run runs both modules in its Debian 13 lane only.
+    check_runs = _module_in_session(request.session, "test_cluster_check_mode.py")
+    interrupt = _module_in_session(request.session, "test_deploy_faults.py")
     spec = tmp_path_factory.mktemp(CLUSTER) / "sandbox.yaml"
     via_quickstart = os.environ.get("GPUCLUS_TEST_QUICKSTART") == "1"
-    # The check runs need the fresh nodes before any deploy, which the quickstart does not leave.
+    # The check runs and the interruptions need the fresh nodes before any deploy, which the quickstart
+    # does not leave.
     assert not (via_quickstart and check_runs), "GPUCLUS_TEST_QUICKSTART=1 cannot run test_cluster_check_mode.py"
+    assert not (via_quickstart and interrupt), "GPUCLUS_TEST_QUICKSTART=1 cannot run test_deploy_faults.py"
     fresh_check = None
     after_fresh_check: dict[str, str] = {}
+    interruptions = None
     try:
         if via_quickstart:
             first_report = _quickstart(spec)
@@ -69,6 +75,10 @@ def deployed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRe
             if check_runs:
                 fresh_check = gpuclus("deploy", str(spec), "--check", "--json")
                 after_fresh_check = {node: _installed(spec, address) for node, address in addresses.items()}
+            # Then Ctrl-C at random moments of the first deploys (test_deploy_faults.py asserts on them);
+            # the deploy below finishes the work and must succeed.
+            if interrupt:
+                interruptions = interrupt_fresh_deploys(spec, set(addresses))
             started = time.monotonic()
             # A hang guard, not a time limit: with three lanes on two cores a fresh deploy with containers and
             # PyTorch came close to 20 min (the whole fixture takes about 13 alone); 40 leave room, still no hang.
@@ -92,6 +102,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRe
             fresh_check=_json_or_output(fresh_check) if fresh_check else {},
             after_fresh_check=after_fresh_check,
             deployed_check=_json_or_output(deployed_check) if deployed_check else {},
+            interruptions=interruptions,
         )
     finally:
         gpuclus("sandbox", "down", "--spec", str(spec))
