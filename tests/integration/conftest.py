@@ -2,7 +2,10 @@
 
 Deploying takes minutes, so it happens once per session: sandbox up → deploy →
 deploy again (the second must change nothing). The cluster is removed at the
-end of the session, also when a test fails.
+end of the session, also when a test fails. Before the first deploy, on the
+fresh nodes, a check run when test_cluster_check_mode.py is in the session,
+then Ctrl-C at random moments of three deploys when test_deploy_faults.py is
+(interruptions.py); each module asserts on what the fixture kept.
 
 With GPUCLUS_TEST_QUICKSTART=1 the first three steps are the README's first
 command, scripts/quickstart.sh (sandbox up, deploy, jobs, validate), run with
