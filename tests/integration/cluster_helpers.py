@@ -90,8 +90,16 @@ def default_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def gpuclus(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*GPUCLUS, *args], capture_output=True, text=True, timeout=timeout, check=False)
+def gpuclus(*args: str, timeout: float = 1200, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run gpuclus; ``env`` adds variables to this process' environment."""
+    return subprocess.run(
+        [*GPUCLUS, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, **env} if env else None,
+    )
 
 
 def plan_json(spec: Path) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster_helpers import GPUCLUS, default_signals, run_log
+from cluster_helpers import GPUCLUS, default_signals, gpuclus, run_log
 
 from gpuclus.deploy import processes
 from gpuclus.state import StateDir
@@ -39,27 +39,16 @@ ATTEMPTS = 3
 APT_TASK = "Install the base packages (apt"  # roles/base/tasks/install.yml
 STOP_LIMIT_S = 30  # Ansible's own stop (about a second), 5 s grace, the kill, the record
 MARKER = uuid.uuid4().hex  # in the environment of every process an interrupted deploy starts
+MARKED = {"GPUCLUS_TEST_MARKER": MARKER}
 
 
 @dataclass
 class Interruptions:
-    """What the interrupted deploys did: the random seed, each attempt's record (None: it ended before its
-    moment) and the first broken promise, if any (the test fails with it; the fixture goes on to deploy)."""
+    """What the interrupted deploys did: each attempt's record (None: it ended before its moment) and the
+    first broken promise with the random seed, if any (the test fails with it; the fixture goes on to deploy)."""
 
-    seed: int
     reports: list[dict[str, Any] | None] = field(default_factory=list)
     problem: str = ""
-
-
-def _gpuclus(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*GPUCLUS, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env={**os.environ, "GPUCLUS_TEST_MARKER": MARKER},
-    )
 
 
 def live_processes() -> dict[int, str]:
@@ -111,7 +100,7 @@ def interrupt_at(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "GPUCLUS_TEST_MARKER": MARKER},
+        env={**os.environ, **MARKED},
         preexec_fn=default_signals,
     )
     paths: set[str] = set()
@@ -121,7 +110,7 @@ def interrupt_at(
             assert time.monotonic() < deadline, "the moment never came"
             paths |= control_paths(state)
             if check_lock and "TASK [" in run_log(state, before):
-                second = _gpuclus("deploy", str(spec), "--json", timeout=120)
+                second = gpuclus("deploy", str(spec), "--json", timeout=120, env=MARKED)
                 assert second.returncode == 2, second.stdout + second.stderr
                 assert f"PID {process.pid}" in json.loads(second.stdout)["error"]["message"]
                 check_lock = False
@@ -150,7 +139,7 @@ def interrupt_at(
     assert report["status"] == "interrupted", report
     assert report["interrupted"] is not None
     assert set(report["interrupted"]["hosts"]) <= nodes | {"localhost"}, report["interrupted"]
-    shown = _gpuclus("runs", "show", report["id"], "--spec", str(spec))
+    shown = gpuclus("runs", "show", report["id"], "--spec", str(spec), env=MARKED)
     assert "interrupted" in shown.stdout, shown.stdout
     return report
 
@@ -161,7 +150,7 @@ def interrupt_fresh_deploys(spec: Path, nodes: set[str]) -> Interruptions:
     seed = int.from_bytes(os.urandom(4), "big")
     rng = random.Random(seed)
     print(f"\ninterrupted deploys: random seed {seed}")
-    outcome = Interruptions(seed=seed)
+    outcome = Interruptions()
     try:
         for attempt in range(ATTEMPTS):
             if attempt == 0:

@@ -34,8 +34,7 @@ def test_ctrl_c_at_random_moments_leaves_nothing_running_and_a_redeploy_converge
     interruptions = deployed.interruptions
     assert interruptions is not None, "the session fixture interrupted no deploy"
     assert interruptions.problem == "", interruptions.problem
-    done = [report for report in interruptions.reports if report is not None]
-    assert done and interruptions.reports[0] is not None, interruptions.reports
+    assert interruptions.reports and interruptions.reports[0] is not None, interruptions.reports
     assert interruptions.reports[0]["interrupted"]["phase"] == "base", interruptions.reports[0]["interrupted"]
     # The deploy after the interruptions finished every phase, and the next one changed nothing.
     assert deployed.first["status"] == "successful", deployed.first
