@@ -623,46 +623,70 @@ def test_single_node_job_runs_torchrun_standalone_in_the_batch_step(tmp_path: Pa
     assert _srun_calls(tmp_path) == []  # one node: no srun
 
 
-def test_the_roles_probe_wants_each_file_as_its_copy_writes_it(tmp_path: Path) -> None:
-    # The role skips its copy tasks when the node probe finds nothing stale; a
-    # probe that wanted another mode than the copy task sets made every deploy
-    # copy the .sbatch files again (reported "ok", seconds each time). Both
-    # expressions are evaluated by ansible-playbook itself, on this machine.
+@pytest.mark.skipif(os.geteuid() != 0, reason="the role unpacks the templates as root-owned files: needs root")
+def test_the_roles_archive_writes_each_file_as_its_probe_wants_it(tmp_path: Path) -> None:
+    # The role skips its configure step when node_probe finds nothing stale; a
+    # probe that wanted another mode than the unpacked archive gives made every
+    # deploy send the templates again. So the role's own tasks run here, by
+    # ansible-playbook on this machine: probe (all stale), configure.yml (pack
+    # on the "control machine", unpack on the "node", both this one), probe
+    # again (nothing stale), and every mode is the one the role ships.
     import yaml
 
     role = EXAMPLES.parents[1]
-    tasks = yaml.safe_load((role / "tasks" / "configure.yml").read_text())
-    copy_mode = next(task for task in tasks if "ansible.builtin.copy" in task)["ansible.builtin.copy"]["mode"]
+    write_dir = tmp_path / "examples"
+    probe = {"node_probe": {"files": "{{ __job_templates_probe_files }}"}}
     playbook = [
         {
             "hosts": "localhost",
             "gather_facts": False,
             "vars_files": [str(role / "vars" / "main.yml")],
-            "vars": {"role_path": str(role), "job_templates_write_dir": "/opt/x"},
+            "vars": {
+                "role_path": str(role),
+                "job_templates_write_dir": str(write_dir),
+                # This Python has what the modules need; interpreter discovery might pick another.
+                "ansible_python_interpreter": sys.executable,
+            },
             "tasks": [
-                {"ansible.builtin.debug": {"msg": "{{ __job_templates_probe_files }}"}},
-                {"ansible.builtin.debug": {"msg": "{{ item }} " + copy_mode}, "loop": "{{ __job_templates_files }}"},
+                {**probe, "register": "__job_templates_probe"},
+                {"ansible.builtin.include_tasks": str(role / "tasks" / "configure.yml")},
+                {**probe, "register": "after"},
+                {"ansible.builtin.debug": {"msg": "{{ [__job_templates_probe.stale.files, after.stale.files] }}"}},
             ],
         }
     ]
-    (tmp_path / "probe.yml").write_text(yaml.safe_dump(playbook))
+    (tmp_path / "configure.yml").write_text(yaml.safe_dump(playbook))
     ansible = Path(sys.executable).with_name("ansible-playbook")
-    environment = {**os.environ, "ANSIBLE_STDOUT_CALLBACK": "json", "ANSIBLE_LOCALHOST_WARNING": "False"}
+    environment = {
+        **os.environ,
+        "ANSIBLE_STDOUT_CALLBACK": "json",
+        "ANSIBLE_LOCALHOST_WARNING": "False",
+        "ANSIBLE_LIBRARY": str(role.parent / "node_probe" / "library"),
+    }
     done = subprocess.run(
-        [str(ansible), "-i", "localhost,", "-c", "local", str(tmp_path / "probe.yml")],
+        [str(ansible), "-i", "localhost,", "-c", "local", str(tmp_path / "configure.yml")],
         capture_output=True, text=True, env=environment, timeout=120, check=False,
     )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    probe_task, copy_task = json.loads(done.stdout)["plays"][0]["tasks"]
-    wanted = {
-        entry["path"].removeprefix("/opt/x/"): entry["mode"]
-        for entry in probe_task["hosts"]["localhost"]["msg"]
-        if "checksum" in entry
-    }
-    copied = dict(result["msg"].split(" ", 1) for result in copy_task["hosts"]["localhost"]["results"])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    results = [task["hosts"]["localhost"] for task in json.loads(done.stdout)["plays"][0]["tasks"]]
+    stale_before, stale_after = results[-1]["msg"]
     shipped = {
         str(path.relative_to(EXAMPLES)): "0755" if os.access(path, os.X_OK) else "0644"
         for path in EXAMPLES.rglob("*")
         if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
     }
-    assert wanted == copied == shipped
+    assert len(stale_before) == len(shipped) + 1 + len({Path(name).parent for name in shipped} - {Path()})
+    assert stale_after == []
+    written = {
+        str(path.relative_to(write_dir)): oct(path.stat().st_mode & 0o777).replace("0o", "0")
+        for path in write_dir.rglob("*")
+        if path.is_file()
+    }
+    assert written == shipped
+    directories = {
+        oct(path.stat().st_mode & 0o777).replace("0o", "0") for path in write_dir.rglob("*") if path.is_dir()
+    }
+    assert directories == {"0755"}
+    # The archive was made in a temporary directory, which is gone again.
+    archive_dirs = {task["path"] for task in results if str(task.get("path", "")).endswith(".gpuclus-job-templates")}
+    assert len(archive_dirs) == 1 and not Path(archive_dirs.pop()).exists()
