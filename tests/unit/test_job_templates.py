@@ -623,6 +623,11 @@ def test_single_node_job_runs_torchrun_standalone_in_the_batch_step(tmp_path: Pa
     assert _srun_calls(tmp_path) == []  # one node: no srun
 
 
+def _mode(path: Path) -> str:
+    """A path's permission bits as the role writes them: "0755"."""
+    return f"{path.stat().st_mode & 0o777:04o}"
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="the role unpacks the templates as root-owned files: needs root")
 def test_the_roles_archive_writes_each_file_as_its_probe_wants_it(tmp_path: Path) -> None:
     # The role skips its configure step when node_probe finds nothing stale; a
@@ -677,15 +682,9 @@ def test_the_roles_archive_writes_each_file_as_its_probe_wants_it(tmp_path: Path
     }
     assert len(stale_before) == len(shipped) + 1 + len({Path(name).parent for name in shipped} - {Path()})
     assert stale_after == []
-    written = {
-        str(path.relative_to(write_dir)): oct(path.stat().st_mode & 0o777).replace("0o", "0")
-        for path in write_dir.rglob("*")
-        if path.is_file()
-    }
+    written = {str(path.relative_to(write_dir)): _mode(path) for path in write_dir.rglob("*") if path.is_file()}
     assert written == shipped
-    directories = {
-        oct(path.stat().st_mode & 0o777).replace("0o", "0") for path in write_dir.rglob("*") if path.is_dir()
-    }
+    directories = {_mode(path) for path in write_dir.rglob("*") if path.is_dir()}
     assert directories == {"0755"}
     # The archive was made in a temporary directory, which is gone again.
     archive_dirs = {task["path"] for task in results if str(task.get("path", "")).endswith(".gpuclus-job-templates")}
