@@ -82,7 +82,7 @@ lint() {
 # pick the same one. Lanes B and C print their output when A is done.
 # molecule's 3-node `cluster` scenario repeats what lanes A and B cover and is
 # left to `molecule test -s cluster`. Which test runs on which OS, and why:
-# the README's Development section.
+# docs/development.md.
 it=tests/integration
 lane_b_log=$(mktemp)
 lane_c_log=$(mktemp)

@@ -93,7 +93,7 @@ def test_srun_on_two_nodes_trains_the_ddp_template_with_gloo_and_the_loss_falls(
 
 
 def test_sbatch_of_the_multi_node_template_writes_its_output_in_the_submit_directory(cluster: Cluster) -> None:
-    # The README says: output in the directory sbatch ran from, as <template>-<jobid>.out. The sandbox has
+    # docs/pytorch.md says: output in the directory sbatch ran from, as <template>-<jobid>.out. The sandbox has
     # no shared mount, so the directory must exist on the batch host too, and the file lands there.
     workdir = "/tmp/gpuclus-it-sbatch"
     for node in (HEAD, GPU1, GPU2):

@@ -142,7 +142,9 @@ def scripts_named(text: str) -> list[str]:
 
 def test_the_readme_is_a_front_door() -> None:
     lines = README.read_text().count("\n")
-    assert lines <= MAX_README_LINES, f"README.md has {lines} lines; move reference to docs/ (at most {MAX_README_LINES})"
+    assert lines <= MAX_README_LINES, (
+        f"README.md has {lines} lines (at most {MAX_README_LINES}): move reference to docs/"
+    )
 
 
 def test_the_readme_opens_with_the_two_commands() -> None:

@@ -145,8 +145,8 @@ def artifacts_directory(path: Path) -> str:
     if missing:
         raise UsageError(
             f"--artifacts {path} lacks {' and '.join(missing)}",
-            "the sandbox builds Enroot and Pyxis from these release sources; put them there (see the README, "
-            "'Deploying Enroot and Pyxis offline')",
+            "the sandbox builds Enroot and Pyxis from these release sources; put them there (docs/containers.md, "
+            "'Offline: an artifacts directory')",
         )
     return str(absolute)
 

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 SSH_PORT = 22  # every node's SSH port for --password (tests point it at a local server)
 MAX_CLOCK_SKEW = 5.0  # seconds; munge rejects credentials beyond its TTL window
-# The OSes gpuclus deploys to: True where the sandbox's integration suite has run on it (README, "Operating systems").
+# The OSes gpuclus deploys to: True where the sandbox's integration suite has run on it (docs/os-support.md).
 SUPPORTED = {
     ("debian", "12"): True,
     ("debian", "13"): True,
@@ -269,7 +269,7 @@ def _gpu_check(node: Node, sections: dict[str, list[str]]) -> PreflightCheck:
 
 
 # The checks of a real GPU node's readiness for the nvidia phase, in this order
-# (documented in the README; --json carries them by these names).
+# (documented in docs/cli.md; --json carries them by these names).
 GPU_NODE_CHECKS = ("gpu-model", "secure-boot", "nouveau", "kernel-headers", "nvswitch")
 
 
@@ -414,7 +414,7 @@ def _secure_boot_check(lines: list[str], driver_install: bool) -> PreflightCheck
         "fail",
         f"Secure Boot is on ({source}): the driver's DKMS-built kernel modules are unsigned and would not load",
         "enrol a Machine Owner Key that signs DKMS modules (mokutil --import, then confirm on the node's console "
-        "at the next boot; the README's GPU nodes section documents it), or turn Secure Boot off in the firmware",
+        "at the next boot; docs/gpu-nodes.md documents it), or turn Secure Boot off in the firmware",
     )
 
 
