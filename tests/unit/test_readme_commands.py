@@ -68,7 +68,7 @@ def problems_with(words: list[str]) -> list[str]:
         command = command.commands[name]
         path.append(name)
     known = _options(command)
-    problems = []
+    problems: list[str] = []
     for word in rest:
         if word == "--":
             break  # the rest goes to another program (sandbox ssh NODE -- CMD)
@@ -94,7 +94,7 @@ def _shell_commands(line: str) -> list[list[str]]:
 
 
 def _bash_lines(text: str) -> list[str]:
-    lines = []
+    lines: list[str] = []
     for language, body in FENCE.findall(text):
         if language not in ("bash", "sh"):
             continue
@@ -161,7 +161,7 @@ def test_every_gpuclus_command_in_the_readme_is_real() -> None:
 
 
 def test_every_gpuclus_command_in_the_docs_bash_blocks_is_real() -> None:
-    problems = []
+    problems: list[str] = []
     for page in sorted((ROOT / "docs").glob("*.md")):
         for line in _bash_lines(page.read_text()):
             for words in _shell_commands(line):
@@ -234,7 +234,7 @@ def anchors_of(path: Path) -> set[str]:
 
 
 def broken_links(page: Path, root: Path = ROOT) -> list[str]:
-    problems = []
+    problems: list[str] = []
     for target in LINK.findall(_without_fences(page.read_text())):
         if re.match(r"^[a-z][a-z0-9+.-]*:", target):
             continue  # http:, https:, mailto:
