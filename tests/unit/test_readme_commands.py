@@ -269,3 +269,9 @@ def test_github_anchors() -> None:
     assert github_anchor("The deep-learning layer (`workloads.py`)") == "the-deep-learning-layer-workloadspy"
     assert github_anchor("Why Python 3.11") == "why-python-311"
     assert github_anchor("[Links](x.md) and `code`: done") == "links-and-code-done"
+
+
+def test_the_readme_links_every_docs_page_and_the_benchmarks() -> None:
+    linked = {target.partition("#")[0] for target in LINK.findall(README.read_text())}
+    pages = {f"docs/{page.name}" for page in (ROOT / "docs").glob("*.md")} | {"benchmarks/README.md"}
+    assert sorted(pages - linked) == []
