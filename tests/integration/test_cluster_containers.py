@@ -119,4 +119,5 @@ def test_validate_runs_the_containers_check_and_it_passes(cluster: Cluster) -> N
     [check] = report["checks"]
     assert (result.returncode, check["status"]) == (0, "pass"), report
     assert {node["node"]: node["status"] for node in check["nodes"]} == {GPU1: "pass", GPU2: "pass"}
-    assert all("ID=gpuclus-test" in node["message"] for node in check["nodes"])
+    # The probe's own proof: its user namespace is not the one of the slurmstepd that started it.
+    assert all("/bin/sh ran in the container (user namespace map " in node["message"] for node in check["nodes"])

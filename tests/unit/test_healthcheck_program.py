@@ -4,13 +4,16 @@ What cannot exist on this host is faked on PATH and named so: nvidia-smi,
 dmesg Xid lines and dcgmi (no GPU, no NVIDIA driver), and Slurm's scontrol,
 munge and systemctl (a small stand-in keeps the node's state in a file; the
 real ones are exercised on the sandbox by tests/integration/test_cluster_health.py).
-Disk space, mount points and the mount write probe are the host's real ones.
+Disk space, mount points and the mount write probe are the host's real ones,
+and so are the fake GPUs' device nodes: character devices made with mknod,
+which takes root (CI runs as root); without it the tests that need them skip.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +23,8 @@ import pytest
 
 PROGRAM = Path(__file__).resolve().parents[2] / "roles" / "slurm_health" / "files" / "gpuclus-healthcheck"
 PREFIX = "gpuclus-health:"
+NVIDIA_MAJOR = 195  # the driver's character-device major: /dev/nvidiaN is 195:N, nvidiactl 195:255
+NO_MKNOD = "the fake GPUs are character devices (mknod), and making one takes root (CAP_MKNOD)"
 
 # A stand-in scontrol: `show node` prints the state kept in $FAKE_SLURM_STATE,
 # `update` changes it and logs the call; FAKE_SLURM_DOWN makes it fail as
@@ -44,6 +49,20 @@ elif args[0] == "update":
         state = {"state": "IDLE", "reason": ""}
     json.dump(state, open(path, "w"))
 """
+
+
+def _char_device(path: Path, major: int, minor: int) -> None:
+    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+
+
+def _can_mknod(directory: Path) -> bool:
+    probe = directory / ".mknod-probe"
+    try:
+        _char_device(probe, NVIDIA_MAJOR, 0)
+    except PermissionError:
+        return False
+    probe.unlink()
+    return True
 
 
 def _write(path: Path, text: str) -> None:
@@ -77,8 +96,13 @@ class Node:
             "command_timeout_s": 2,
             "nvidia_smi_timeout_s": 2,
         }
-        for name in ("nvidia0", "nvidia1", "nvidiactl"):
-            (self.dev / name).touch()
+        # As the driver makes them; without root, no fake GPUs (the node has none: see gpu_node).
+        self.devices = _can_mknod(self.dev)
+        if self.devices:
+            for name, minor in (("nvidia0", 0), ("nvidia1", 1), ("nvidiactl", 255)):
+                _char_device(self.dev / name, NVIDIA_MAJOR, minor)
+        else:
+            self.config["gpus"] = 0
         _write(self.bin / "scontrol", FAKE_SCONTROL.replace("{python}", sys.executable))
         self.munge(works=True)
         self.service("active")
@@ -103,6 +127,7 @@ class Node:
         self, rows: list[str], status: int = 0, remapped: list[str] | None = None, hang: bool = False
     ) -> None:
         self.config["gpu_fake"] = False
+        self.config["gpus"] = 2
         (self.root / "smi.query").write_text("".join(row + "\n" for row in rows))
         (self.root / "smi.remap").write_text("".join(row + "\n" for row in remapped or []))
         remap_status = 0 if remapped is not None else 2
@@ -170,12 +195,21 @@ def node(tmp_path: Path) -> Node:
     return Node(tmp_path)
 
 
+@pytest.fixture
+def gpu_node(node: Node) -> Node:
+    """A node whose two fake GPUs are real device nodes; skipped where mknod is not allowed."""
+    if not node.devices:
+        pytest.skip(NO_MKNOD)
+    return node
+
+
 HEALTHY_GPU_ROWS = ["0, 00000000:3B:00.0, Enabled, 0, No", "1, 00000000:86:00.0, Enabled, 0, No"]
 
 
 # --- the checks ------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("gpu_node")
 def test_a_healthy_node_with_fake_gpus_passes_every_check(node: Node) -> None:
     report = node.report()
     assert report["healthy"], report
@@ -184,9 +218,39 @@ def test_a_healthy_node_with_fake_gpus_passes_every_check(node: Node) -> None:
     assert report["checks"][0]["detail"] == "2 of 2 GPU device nodes present (fake GPUs)"
 
 
+@pytest.mark.usefixtures("gpu_node")
 def test_fake_gpus_count_only_numbered_device_nodes(node: Node) -> None:
+    # nvidiactl (195:255) is the driver's control node, no GPU: two GPUs, not three.
     (node.dev / "nvidia1").unlink()
     assert node.failed() == {"gpus": "1 of 2 GPU device nodes present"}
+
+
+@pytest.mark.usefixtures("gpu_node")
+def test_a_gpu_device_node_replaced_by_a_plain_file_is_missing(node: Node) -> None:
+    (node.dev / "nvidia1").unlink()
+    (node.dev / "nvidia1").touch()
+    assert node.failed() == {"gpus": "1 of 2 GPU device nodes present; nvidia1 is not a character device"}
+
+
+@pytest.mark.usefixtures("gpu_node")
+def test_a_gpu_device_node_of_another_device_is_missing(node: Node) -> None:
+    (node.dev / "nvidia1").unlink()
+    _char_device(node.dev / "nvidia1", 1, 3)  # /dev/null's numbers
+    assert node.failed() == {"gpus": "1 of 2 GPU device nodes present; nvidia1 is device 1:3, not 195:1"}
+    # NVIDIA's major but GPU 0's minor: a job given "GPU 1" would get GPU 0.
+    (node.dev / "nvidia1").unlink()
+    _char_device(node.dev / "nvidia1", NVIDIA_MAJOR, 0)
+    assert node.failed() == {"gpus": "1 of 2 GPU device nodes present; nvidia1 is device 195:0, not 195:1"}
+
+
+@pytest.mark.usefixtures("gpu_node")
+def test_a_link_to_the_right_device_node_counts(node: Node) -> None:
+    # udev may make a GPU's node a link; what the link leads to is what opens.
+    (node.dev / "nvidia1").rename(node.dev / "real-nvidia1")
+    (node.dev / "nvidia1").symlink_to(node.dev / "real-nvidia1")
+    assert node.failed() == {}
+    (node.dev / "real-nvidia1").unlink()
+    assert node.failed() == {"gpus": "1 of 2 GPU device nodes present; nvidia1 unreadable: No such file or directory"}
 
 
 def test_a_node_without_gpus_has_no_gpu_check(node: Node) -> None:
@@ -313,6 +377,7 @@ def test_munge_and_slurmd_failures(node: Node) -> None:
 # --- drain and resume -------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("gpu_node")
 def test_a_failure_drains_the_node_with_the_prefixed_reason(node: Node) -> None:
     (node.dev / "nvidia1").unlink()
     done = node.run()
@@ -338,6 +403,7 @@ def test_a_healthy_node_it_drained_is_resumed(node: Node) -> None:
     assert node.updates() == [["update", "NodeName=n1", "State=RESUME"]]
 
 
+@pytest.mark.usefixtures("gpu_node")
 def test_an_admins_drain_is_never_touched(node: Node) -> None:
     node.slurm_state("IDLE+DRAIN", "disk swap on Friday")
     node.run()
@@ -353,6 +419,7 @@ def test_a_draining_node_with_jobs_counts_as_drained(node: Node) -> None:
     assert node.updates() == [["update", "NodeName=n1", "State=RESUME"]]
 
 
+@pytest.mark.usefixtures("gpu_node")
 def test_no_answer_from_slurmctld_leaves_the_node_alone(node: Node) -> None:
     (node.dev / "nvidia1").unlink()
     node.slurm_state("IDLE")
@@ -368,6 +435,7 @@ def test_a_long_reason_is_cut_to_fit(node: Node) -> None:
     assert reason.startswith(PREFIX) and len(reason) == 120 and reason.endswith("...")
 
 
+@pytest.mark.usefixtures("gpu_node")
 def test_report_mode_never_touches_slurm(node: Node) -> None:
     (node.dev / "nvidia1").unlink()
     done = node.run("--report")

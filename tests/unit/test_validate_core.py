@@ -1272,21 +1272,131 @@ def test_pyxis_plugin_not_loaded_fails() -> None:
     assert outcome.hint and "plugstack.conf" in outcome.hint
 
 
-def test_pyxis_container_job_on_every_node() -> None:
+def pyxis_run(*answers: tuple[str, Answer], image: str = "/shared/ubuntu.sqsh") -> tuple[StubRemote, Outcome]:
+    """containers.pyxis over the healthy cluster, each (node, answer) given to that node's container job."""
     remote = healthy_remote()
-    remote.prefer("--container-image=", ok("ID=ubuntu\n"))
-    failed = "pyxis: child 4242 failed\nsrun: error: val-gpu02: task 0: Exited with exit code 1\n"
-    remote.prefer(("--container-image=", "--nodelist=val-gpu02 "), fail(1, "", failed))
+    remote.prefer("--container-image=", ok(f"{containers.container_probe.MARKER} container 0 1000 1\n"))
+    for node, answer in answers:
+        remote.prefer(("--container-image=", f"--nodelist={node} "), answer)
     remote.prefer("srun --help", ok("2\n"))
-    outcome = containers.pyxis_job(context(remote, PYXIS_SPEC, options=Options(container_image="/shared/ubuntu.sqsh")))
+    return remote, containers.pyxis_job(context(remote, PYXIS_SPEC, options=Options(container_image=image)))
+
+
+def test_pyxis_container_job_on_every_node_with_a_minimal_image() -> None:
+    # A busybox-like image: /bin/sh, /etc/passwd, /etc/group and nothing else. The probe is builtins
+    # only (tests/unit/test_container_probe.py runs it in such a root), started as /bin/sh by its path.
+    remote, outcome = pyxis_run(image="/shared/busybox.sqsh")
     rows = by_node(outcome)
-    assert (rows[GPU01].status, rows[GPU01].message) == (Status.PASS, "/shared/ubuntu.sqsh: ID=ubuntu")
-    assert rows[GPU02].status is Status.FAIL
-    assert rows[GPU02].message == "/shared/ubuntu.sqsh: srun: error: val-gpu02: task 0: Exited with exit code 1"
+    assert statuses(outcome) == {GPU01: Status.PASS, GPU02: Status.PASS}
+    assert rows[GPU01].message == "/shared/busybox.sqsh: /bin/sh ran in the container (user namespace map 0 1000 1)"
+    assert outcome.hint is None
     jobs = remote.matching("--container-image=")
     assert len(jobs) == 2
-    assert all("--container-image=/shared/ubuntu.sqsh" in shlex.split(line) for line in jobs)
-    assert all(shlex.split(line)[2] == str(containers.PULL_TIME_LIMIT_S + 30 + 30) for line in jobs)
+    for line in jobs:
+        words = shlex.split(line)
+        assert "--container-image=/shared/busybox.sqsh" in words
+        assert words[-3:] == ["/bin/sh", "-c", containers.container_probe.PROBE]
+        assert words[2] == str(containers.PULL_TIME_LIMIT_S + 30 + 30)
+
+
+# What Pyxis prints when a stage of `srun --container-image` fails: its own line for the stage,
+# then Enroot's log, each line prefixed by slurmstepd.
+PULL_DENIED = """pyxis: importing docker image: nvcr.io#nvidia/private:1.0
+slurmstepd: error: pyxis: child 4242 failed with error code: 1
+slurmstepd: error: pyxis: failed to import docker image
+slurmstepd: error: pyxis: printing enroot log file:
+slurmstepd: error: pyxis:     [INFO] Querying registry for permission grant
+slurmstepd: error: pyxis:     [INFO] Authenticating with user: <anonymous>
+slurmstepd: error: pyxis:     [ERROR] URL https://nvcr.io/proxy_auth returned error code: 401 Unauthorized
+slurmstepd: error: pyxis: couldn't start container
+slurmstepd: error: spank: required plugin spank_pyxis.so: task_init() failed with rc=-1
+slurmstepd: error: Failed to invoke spank plugin stack
+srun: error: val-gpu02: task 0: Exited with exit code 1
+"""
+FILE_MISSING = """pyxis: creating container filesystem: /shared/ubuntu.sqsh
+slurmstepd: error: pyxis: child 4243 failed with error code: 1
+slurmstepd: error: pyxis: failed to create container filesystem
+slurmstepd: error: pyxis: printing enroot log file:
+slurmstepd: error: pyxis:     [ERROR] No such file or directory: /shared/ubuntu.sqsh
+slurmstepd: error: pyxis: couldn't start container
+srun: error: val-gpu02: task 0: Exited with exit code 1
+"""
+HOOK_FAILED = """pyxis: starting container ...
+slurmstepd: error: pyxis: container start failed with error code: 1
+slurmstepd: error: pyxis: printing enroot log file:
+slurmstepd: error: pyxis:     [ERROR] /etc/enroot/hooks.d/98-nvidia.sh exited with return code 1
+slurmstepd: error: pyxis: couldn't start container
+srun: error: val-gpu02: task 0: Exited with exit code 1
+"""
+NO_SHELL = """slurmstepd: error: execve(): /bin/sh: No such file or directory
+srun: error: val-gpu02: task 0: Exited with exit code 2
+"""
+
+
+def test_pyxis_pull_failure_is_named_with_enroots_error_and_a_pull_hint() -> None:
+    _, outcome = pyxis_run((GPU02, fail(1, "", PULL_DENIED)), image="nvcr.io#nvidia/private:1.0")
+    rows = by_node(outcome)
+    assert statuses(outcome) == {GPU01: Status.PASS, GPU02: Status.FAIL}
+    assert rows[GPU02].message == (
+        "nvcr.io#nvidia/private:1.0: pull failed: URL https://nvcr.io/proxy_auth returned error code: 401 Unauthorized"
+    )
+    assert rows[GPU02].hint and "enroot import docker://IMAGE" in rows[GPU02].hint
+    assert ".credentials" in rows[GPU02].hint
+    assert outcome.hint == rows[GPU02].hint
+
+
+def test_pyxis_failures_other_than_a_pull_do_not_blame_the_pull() -> None:
+    _, outcome = pyxis_run((GPU02, fail(1, "", FILE_MISSING)))
+    row = by_node(outcome)[GPU02]
+    assert row.message == (
+        "/shared/ubuntu.sqsh: unpacking the image failed: No such file or directory: /shared/ubuntu.sqsh"
+    )
+    assert row.hint and "on every compute node" in row.hint
+    for answer in (HOOK_FAILED, NO_SHELL):
+        _, outcome = pyxis_run((GPU02, fail(1, "", answer)))
+        row = by_node(outcome)[GPU02]
+        assert row.status is Status.FAIL and row.hint
+        assert "pull" not in row.hint and "credential" not in row.hint
+    assert row.message == "/shared/ubuntu.sqsh: slurmstepd: error: execve(): /bin/sh: No such file or directory"
+    assert "/bin/sh" in row.hint
+    _, outcome = pyxis_run((GPU02, fail(1, "", HOOK_FAILED)))
+    row = by_node(outcome)[GPU02]
+    assert row.message == (
+        "/shared/ubuntu.sqsh: the container did not start: /etc/enroot/hooks.d/98-nvidia.sh exited with return code 1"
+    )
+    assert row.hint and "enroot start" in row.hint
+
+
+def test_pyxis_job_that_ran_on_the_host_fails_and_one_that_cannot_tell_warns() -> None:
+    marker = containers.container_probe.MARKER
+    _, outcome = pyxis_run(
+        (GPU01, ok(f"{marker} host 0 0 4294967295\n")),
+        (GPU02, ok(f"{marker} unknown 0 1000 1\n")),
+    )
+    rows = by_node(outcome)
+    assert (rows[GPU01].status, rows[GPU01].message) == (
+        Status.FAIL,
+        "/shared/ubuntu.sqsh: the job ran on the host, not in a container",
+    )
+    assert rows[GPU01].hint and "plugstack.conf" in rows[GPU01].hint
+    assert rows[GPU02].status is Status.WARN
+    assert rows[GPU02].hint and "hidepid" in rows[GPU02].hint
+    # One hint per way of failing, joined for the report's check line.
+    assert outcome.hint == f"{rows[GPU01].hint}; {rows[GPU02].hint}"
+
+
+def test_pyxis_job_cut_off_or_failing_before_pyxis_says_why() -> None:
+    _, outcome = pyxis_run(
+        (GPU01, fail(TIMED_OUT, "", "\n(gpuclus: the command did not finish in time and was cut off)")),
+        (GPU02, fail(1, "", "srun: error: Unable to allocate resources: Invalid node name specified\n")),
+    )
+    rows = by_node(outcome)
+    assert rows[GPU01].message == "/shared/ubuntu.sqsh: no answer before the time limit"
+    assert rows[GPU01].hint and "enroot import" in rows[GPU01].hint
+    assert rows[GPU02].message == (
+        "/shared/ubuntu.sqsh: srun: error: Unable to allocate resources: Invalid node name specified"
+    )
+    assert rows[GPU02].hint is None  # nothing better to say than Slurm's own line
 
 
 # =====================================================================================

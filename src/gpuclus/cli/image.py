@@ -80,7 +80,8 @@ def build(
         )
         quoted = escape(shlex.quote(result.image))
         out.result(
-            f"  use it: srun --container-image={quoted} cat /etc/os-release   |   "
+            # /bin/sh and a builtin: all an image build accepts is sure to have (no cat, no os-release).
+            f"  use it: srun --container-image={quoted} /bin/sh -c 'echo hello from the image'   |   "
             f"gpuclus validate --container-image={quoted}"
         )
         out.result("  (the file must be at this path on every compute node, e.g. on the NFS share)")

@@ -34,10 +34,12 @@ def srun_command(
     gpus_per_node: int | None = None,
     queue_wait_s: int | None = None,
     extra: tuple[str, ...] = (),
+    shell: str = "sh",
 ) -> str:
     """An srun line bounded twice: Slurm's --time and a `timeout` around srun itself.
 
-    ``command`` is a shell command run by ``sh -c`` in every task.
+    ``command`` is a shell command run by ``sh -c`` in every task (``shell``
+    names another, e.g. ``/bin/sh`` by its path in a container image).
     """
     words = ["srun", f"--job-name={job_name}", f"--time={_minutes(time_limit_s)}"]
     if partition:
@@ -55,7 +57,7 @@ def srun_command(
         words.append(f"--gpus-per-node={gpus_per_node}")
     # Without --kill-on-bad-exit one failed task leaves the others running
     # until the time limit; a launch failure must end the step at once.
-    words += ["--kill-on-bad-exit=1", "--quit-on-interrupt", *extra, "sh", "-c", command]
+    words += ["--kill-on-bad-exit=1", "--quit-on-interrupt", *extra, shell, "-c", command]
     bounded = ["timeout", "--kill-after=10", str(time_limit_s + (queue_wait_s or 0) + _TIMEOUT_SLACK_S)]
     return shlex.join(bounded + words)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpuclus.validate import slurm
 from gpuclus.validate.check import Check
+from gpuclus.validate.checks import container_probe
 from gpuclus.validate.context import Context
 from gpuclus.validate.model import Level, NodeResult, Outcome, Status, skipped
 
@@ -26,25 +26,24 @@ def pyxis_job(ctx: Context) -> Outcome:
         )
     image = ctx.options.container_image
     answers = ctx.srun_each(
-        "grep -m1 '^ID=' /etc/os-release",
+        container_probe.PROBE,
         ctx.compute,
         time_limit_s=PULL_TIME_LIMIT_S,
-        options=lambda _node: {"extra": (f"--container-image={image}",)},
+        options=lambda _node: {"extra": (f"--container-image={image}",), "shell": container_probe.SHELL},
     )
     results = []
     for node in ctx.compute:
-        answer = answers[node.name]
-        if answer.exit_status == 0 and answer.stdout.strip().startswith("ID="):
-            results.append(NodeResult(node.name, Status.PASS, f"{image}: {answer.stdout.strip()}"))
-        else:
-            detail = slurm.first_error_line(answer.stderr, f"exit {answer.exit_status}")
-            results.append(NodeResult(node.name, Status.FAIL, f"{image}: {detail}"))
-    return Outcome(
-        results,
-        message=f"image {image}",
-        hint="`enroot import docker://IMAGE` on the node shows pull and credential errors; offline clusters "
-        "can pass `--container-image` a local squashfs file",
-    )
+        verdict = container_probe.read(answers[node.name])
+        if verdict.stage == container_probe.INSIDE:
+            results.append(NodeResult(node.name, Status.PASS, f"{image}: {verdict.detail}"))
+            continue
+        # Unknown: the job ran and nothing failed, it only could not be told apart from the host.
+        status = Status.WARN if verdict.stage == container_probe.UNKNOWN else Status.FAIL
+        own = container_probe.hint(verdict.stage, image)
+        results.append(NodeResult(node.name, status, f"{image}: {verdict.detail}", hint=own))
+    # Each node's row carries the hint for what it failed; the check's (JUnit, JSON) joins them.
+    hints = dict.fromkeys(result.hint for result in results if result.hint)
+    return Outcome(results, message=f"image {image}", hint="; ".join(hints) or None)
 
 
 CHECKS = [
