@@ -70,11 +70,28 @@ def _write(path: Path, text: str) -> None:
     path.chmod(0o755)
 
 
+# The commands the stand-ins replace. The host's own copies must stay off PATH (a
+# host with Slurm's packages installed has a real munge, which would answer instead).
+STOOD_IN = frozenset({"dcgmi", "dmesg", "munge", "unmunge", "nvidia-smi", "scontrol", "systemctl"})
+
+
+def _host_commands(directory: Path) -> Path:
+    """A directory of links to the host's commands, less the ones the tests stand in for."""
+    directory.mkdir()
+    for system_dir in (Path("/usr/bin"), Path("/bin")):
+        for command in system_dir.iterdir():
+            link = directory / command.name
+            if command.name not in STOOD_IN and not link.exists() and not link.is_symlink():
+                link.symlink_to(command)
+    return directory
+
+
 class Node:
     """A node as the health check sees it: its settings file, a PATH of stand-ins, Slurm's view of it."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, host_bin: Path) -> None:
         self.root = root
+        self.host_bin = host_bin
         self.bin = root / "bin"
         self.bin.mkdir()
         self.dev = root / "dev"
@@ -156,7 +173,7 @@ class Node:
         config.write_text(json.dumps(self.config))
         env = {
             **os.environ,
-            "PATH": f"{self.bin}:/usr/bin:/bin",
+            "PATH": f"{self.bin}:{self.host_bin}",
             "FAKE_SLURM_STATE": str(self.state_file),
             **(env or {}),
         }
@@ -190,9 +207,14 @@ class Node:
         return [args for args in map(json.loads, calls.read_text().splitlines()) if args[0] == "update"]
 
 
+@pytest.fixture(scope="module")
+def host_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _host_commands(tmp_path_factory.mktemp("host") / "bin")
+
+
 @pytest.fixture
-def node(tmp_path: Path) -> Node:
-    return Node(tmp_path)
+def node(tmp_path: Path, host_bin: Path) -> Node:
+    return Node(tmp_path, host_bin)
 
 
 @pytest.fixture
