@@ -79,8 +79,8 @@ def _remove(
     from gpuclus.fileio import write_text_atomic
     from gpuclus.nodes.drain import drain_and_wait
     from gpuclus.nodes.retire import retire_nodes
+    from gpuclus.slurm.session import connect_controller
     from gpuclus.state import StateDir
-    from gpuclus.validate.runner import connect_controller
 
     state = StateDir.beside(spec)
     remote = connect_controller(loaded.spec, loaded.topology, state.private_key, state.known_hosts)

@@ -290,10 +290,10 @@ def _apply(out: Output, spec: Path, change: Any, *, dry_run: bool, payload: dict
 
 def _gpus_in_use(loaded: Any, spec: Path) -> tuple[dict[str, int], str | None]:
     """GPUs each user's running jobs hold, from squeue on the controller; ({}, why) when it cannot be asked."""
+    from gpuclus.slurm.session import connect_controller
     from gpuclus.ssh.client import SshFailure
     from gpuclus.state import StateDir
     from gpuclus.users.usage import SQUEUE_GPUS, gpus_in_use
-    from gpuclus.validate.runner import connect_controller
 
     state = StateDir.beside(spec)
     try:

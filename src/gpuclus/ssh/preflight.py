@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuclus.errors import ExitCode, GpuclusError, UsageError
 from gpuclus.hints import gpuclus_command
+from gpuclus.slurm.releases import mix_problem
 from gpuclus.spec.models import Role
 from gpuclus.spec.topology import Node, Topology
 from gpuclus.ssh.client import (
@@ -42,7 +43,6 @@ from gpuclus.ssh.client import (
     run,
 )
 from gpuclus.state import StateDir
-from gpuclus.upgrade.slurm_jump import mix_problem
 
 if TYPE_CHECKING:
     from gpuclus.gpu_catalog import GpuKind
