@@ -41,12 +41,12 @@ from gpuclus.cli.main import app
 from gpuclus.deploy.records import Failure, RunRecord, runs_dir
 from gpuclus.errors import ExitCode
 from gpuclus.hints import gpuclus_command, with_spec
+from gpuclus.preflight import runner as preflight_runner
+from gpuclus.preflight.runner import SshAdvice, ssh_hint
 from gpuclus.slurm import commands as slurm
 from gpuclus.slurm import session as controller_session
 from gpuclus.slurm.session import controller_hint, require_slurm
-from gpuclus.ssh import preflight as preflight_module
 from gpuclus.ssh.client import SshFailure, SshTarget
-from gpuclus.ssh.preflight import SshAdvice, ssh_hint
 from gpuclus.state import StateDir
 from gpuclus.validate.checks import accounting, cluster, launch, monitoring, storage
 from gpuclus.validate.model import Level, Status
@@ -373,7 +373,7 @@ def refuse_logins(monkeypatch: pytest.MonkeyPatch, message: str = AUTH_FAILED) -
         tried.append(target)
         raise SshFailure(message)
 
-    monkeypatch.setattr(preflight_module, "connect", connect)
+    monkeypatch.setattr(preflight_runner, "connect", connect)
     return tried
 
 
