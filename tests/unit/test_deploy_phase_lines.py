@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from gpuclus.cli.deploy import _ProgressView
+from gpuclus.cli.deploy_view import _ProgressView
 from gpuclus.deploy.events import HostResult, PhaseStarted
 from gpuclus.output import Output
 from gpuclus.preflight.report import NodeReport, PreflightCheck

@@ -17,7 +17,7 @@ DRAIN_TIMEOUT_S = 3600
 
 def rolling_upgrade(out: Output, request: Any, loaded: Any, changes: list[Any], max_unavailable: int) -> Any:
     """Drain, upgrade, check and resume the nodes batch by batch; returns the RollingReport."""
-    from gpuclus.cli.deploy import run_with_progress
+    from gpuclus.cli.deploy_view import run_with_progress
     from gpuclus.deploy.last_applied import save_last_applied
     from gpuclus.deploy.pipeline import render_for_run
     from gpuclus.slurm.session import connect_controller

@@ -261,7 +261,7 @@ def _public_keys(path: Path) -> list[str]:
 
 
 def _apply(out: Output, spec: Path, change: Any, *, dry_run: bool, payload: dict[str, Any]) -> None:
-    from gpuclus.cli.deploy import _print_summary, run_with_progress
+    from gpuclus.cli.deploy_view import print_summary, run_with_progress
     from gpuclus.deploy import pipeline
     from gpuclus.fileio import write_text_atomic
 
@@ -280,7 +280,7 @@ def _apply(out: Output, spec: Path, change: Any, *, dry_run: bool, payload: dict
     result = run_with_progress(out, request, updated, only=True)
     payload["deploy"] = {"exit_code": int(result.exit_code), "run_dir": str(result.run_dir), **result.record.as_dict()}
     if not out.json_mode:
-        _print_summary(out, result.record, result.seconds)
+        print_summary(out, result.record, result.seconds)
     if result.exit_code != 0:
         out.warn(f"the users phase did not finish: {change.path} is written; run `gpuclus deploy {spec} --only users`")
         out.emit({"ok": False, "exit_code": int(result.exit_code), **payload})
