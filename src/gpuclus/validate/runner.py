@@ -1,4 +1,4 @@
-"""A validation run: connect to the controller, run the selected checks in order, always clean up.
+"""A validation run: the selected checks in order on the controller's session (slurm/session.py), always clean up.
 
 The run owns one job name; whatever happens (a check crashes, the connection
 drops, Ctrl-C) the ``finally`` cancels every job that still carries it, so
