@@ -18,7 +18,7 @@ from rich.markup import escape
 
 from gpuclus.errors import GpuclusError
 from gpuclus.hints import with_spec
-from gpuclus.spec.findings import Finding, Severity
+from gpuclus.yamldoc.findings import Finding, Severity
 
 _SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 

@@ -23,7 +23,7 @@ from deploy_specs import THREE_NODE_SPEC
 from test_deploy_pipeline import Observer, Runs
 from typer.testing import CliRunner
 
-from gpuclus.cli.deploy import _ProgressView
+from gpuclus.cli.deploy_view import _ProgressView
 from gpuclus.deploy import pipeline, records, workspace
 from gpuclus.deploy.events import DIFF_LINES, EventTranslator, HostResult, PhaseStarted, PlayStats, result_diff
 from gpuclus.deploy.last_applied import read_last_applied

@@ -26,8 +26,8 @@ import pytest
 import yaml
 
 from gpuclus.spec.checks import CHECKS, CODES, NODES, PARTITIONS, SpecView, run_checks
-from gpuclus.spec.findings import Finding, Severity, has_errors, sort_findings
 from gpuclus.spec.load import LoadedSpec, load_spec, load_spec_text
+from gpuclus.yamldoc.findings import Finding, Severity, has_errors, sort_findings
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 INVALID = FIXTURES / "invalid"

@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 
 from gpuclus.cli.main import app
 from gpuclus.spec.credentials import credentials_problems
-from gpuclus.spec.findings import Finding
 from gpuclus.spec.load import LoadedSpec, load_spec
 from gpuclus.spec.models import Containers, container_image_problem
+from gpuclus.yamldoc.findings import Finding
 
 BASE = """\
 apiVersion: gpuclus/v1

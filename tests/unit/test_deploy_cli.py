@@ -20,9 +20,9 @@ from typer.testing import CliRunner
 from gpuclus.deploy import pipeline
 from gpuclus.deploy.events import EventTranslator
 from gpuclus.deploy.records import RecordBuilder, RunRecord, runs_dir
+from gpuclus.preflight import runner as preflight_runner
+from gpuclus.preflight.report import NodeReport, PreflightCheck
 from gpuclus.ssh import client as ssh_client
-from gpuclus.ssh import preflight as ssh_preflight
-from gpuclus.ssh.preflight import NodeReport, PreflightCheck
 from gpuclus.state import StateDir
 
 runner = CliRunner()
@@ -78,7 +78,7 @@ RECORD_KEYS = {
 
 
 class FakePreflight:
-    """Stands in for ssh.preflight.preflight_spec: no SSH, canned reports, calls recorded."""
+    """Stands in for preflight.runner.preflight_spec: no SSH, canned reports, calls recorded."""
 
     def __init__(self) -> None:
         self.calls: list[Path] = []
@@ -104,7 +104,7 @@ def preflight(monkeypatch: pytest.MonkeyPatch) -> FakePreflight:
     monkeypatch.setattr(pipeline, "execute", trap("pipeline.execute: Ansible would have run"))
     monkeypatch.setattr(ssh_client, "connect", trap("ssh.client.connect"))
     fake = FakePreflight()
-    monkeypatch.setattr(ssh_preflight, "preflight_spec", fake)
+    monkeypatch.setattr(preflight_runner, "preflight_spec", fake)
     return fake
 
 

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gpuclus.cli import deploy as deploy_cli
+from gpuclus.cli import deploy_view
 from gpuclus.deploy.events import NOTICE_CHARS, EventTranslator, HostResult, notice_text
 from gpuclus.deploy.records import Notice, RecordBuilder, RunRecord
 from gpuclus.output import Output
@@ -59,5 +59,5 @@ def test_the_deploy_summary_prints_notices_with_their_hosts() -> None:
     record.notices = [Notice("gpu01", "monitoring", FAKE), Notice("gpu02", "monitoring", FAKE)]
     out = Output(json_mode=False)
     with out.out.capture() as captured:
-        deploy_cli._print_notices(out, record)
+        deploy_view._print_notices(out, record)
     assert "gpu[01-02]" in captured.get() and FAKE in captured.get()

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from gpuclus.cli.deploy import _ProgressView
+from gpuclus.cli.deploy_view import _ProgressView
 from gpuclus.deploy.events import HostResult, PhaseStarted
 from gpuclus.output import Output
-from gpuclus.ssh.preflight import NodeReport, PreflightCheck
+from gpuclus.preflight.report import NodeReport, PreflightCheck
 
 
 def finished_lines(left_out: list[str], results: list[HostResult]) -> list[tuple[str, str]]:

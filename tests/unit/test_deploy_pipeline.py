@@ -23,8 +23,8 @@ from gpuclus.deploy.phases import PhaseChoice
 from gpuclus.deploy.runner import RunOutcome, RunTerminated
 from gpuclus.deploy.workspace import RunConfig
 from gpuclus.errors import ExitCode, GpuclusError, UsageError
+from gpuclus.preflight.report import NodeReport, PreflightCheck
 from gpuclus.spec.load import LoadedSpec, load_spec
-from gpuclus.ssh.preflight import NodeReport, PreflightCheck
 from gpuclus.state import StateDir
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

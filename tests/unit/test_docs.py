@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 from gpuclus.cli.main import app
 from gpuclus.cli.spec import deploy_refusals
 from gpuclus.spec.checks import CODES
-from gpuclus.spec.findings import Severity
 from gpuclus.spec.load import load_spec
 from gpuclus.spec.models import ClusterSpec, Containers
-from gpuclus.spec.schema_findings import first_model
+from gpuclus.yamldoc.findings import Severity
+from gpuclus.yamldoc.schema_findings import first_model
 
 SPEC_DOC = Path(__file__).resolve().parents[2] / "docs" / "spec.md"
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpuclus.spec.checks import CODES
-from gpuclus.spec.document import (
+from gpuclus.spec.load import load_spec, load_spec_text
+from gpuclus.yamldoc.document import (
     MAX_SPEC_BYTES,
     Position,
     SpecFileError,
@@ -18,8 +19,7 @@ from gpuclus.spec.document import (
     parse_spec_text,
     read_spec_text,
 )
-from gpuclus.spec.findings import Finding, Severity
-from gpuclus.spec.load import load_spec, load_spec_text
+from gpuclus.yamldoc.findings import Finding, Severity
 
 VALID_TEXT = """\
 apiVersion: gpuclus/v1

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from gpuclus.cli.main import app
 from gpuclus.render import MANIFEST_NAME
-from gpuclus.spec.findings import Severity
 from gpuclus.spec.load import load_spec
+from gpuclus.yamldoc.findings import Severity
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "inventories" / "examples"
 

@@ -129,7 +129,7 @@ def test_a_malformed_catalogue_is_refused(data: Any, words: str) -> None:
 
 
 def test_the_cli_does_not_read_the_catalogue_at_import() -> None:
-    code = "import sys, gpuclus.cli.main, gpuclus.ssh.preflight; print('gpuclus.gpu_catalog' in sys.modules)"
+    code = "import sys, gpuclus.cli.main, gpuclus.preflight.runner; print('gpuclus.gpu_catalog' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 

@@ -41,16 +41,17 @@ from gpuclus.cli.main import app
 from gpuclus.deploy.records import Failure, RunRecord, runs_dir
 from gpuclus.errors import ExitCode
 from gpuclus.hints import gpuclus_command, with_spec
-from gpuclus.ssh import preflight as preflight_module
+from gpuclus.preflight import runner as preflight_runner
+from gpuclus.preflight.runner import SshAdvice, ssh_hint
+from gpuclus.slurm import commands as slurm
+from gpuclus.slurm import session as controller_session
+from gpuclus.slurm.session import controller_hint, require_slurm
 from gpuclus.ssh.client import SshFailure, SshTarget
-from gpuclus.ssh.preflight import SshAdvice, ssh_hint
 from gpuclus.state import StateDir
-from gpuclus.validate import runner as validate_runner
-from gpuclus.validate import slurm
 from gpuclus.validate.checks import accounting, cluster, launch, monitoring, storage
 from gpuclus.validate.model import Level, Status
 from gpuclus.validate.registry import all_checks
-from gpuclus.validate.runner import controller_hint, require_slurm, run_checks
+from gpuclus.validate.runner import run_checks
 
 cli = CliRunner()
 
@@ -261,8 +262,8 @@ def test_validate_json_hints_name_the_spec_it_was_given(tmp_path: Path, monkeypa
     state.private_dir(state.ssh_dir)
     state.private_key.write_text("not a key: the connection is stubbed\n")
     remote = healthy_remote().prefer(("unmunge", GPU02), UNMUNGE_BAD_KEY)
-    monkeypatch.setattr(validate_runner, "connect", lambda target, *a, **k: object())
-    monkeypatch.setattr(validate_runner, "Remote", lambda client: remote)
+    monkeypatch.setattr(controller_session, "connect", lambda target, *a, **k: object())
+    monkeypatch.setattr(controller_session, "Remote", lambda client: remote)
     monkeypatch.setattr(accounting, "WAIT_FOR_ROWS_S", 0.0)
     result = cli.invoke(app, ["validate", str(spec), "--only", "launch.munge", "--json"])
     assert result.exit_code == 1, result.output
@@ -307,8 +308,8 @@ def test_validate_on_an_undeployed_cluster_is_one_error_saying_deploy_first(
     state.private_dir(state.ssh_dir)
     state.private_key.write_text("stub\n")
     remote = StubRemote([("scontrol ping", NO_SCONTROL), ("scancel", NO_SCONTROL)])
-    monkeypatch.setattr(validate_runner, "connect", lambda target, *a, **k: object())
-    monkeypatch.setattr(validate_runner, "Remote", lambda client: remote)
+    monkeypatch.setattr(controller_session, "connect", lambda target, *a, **k: object())
+    monkeypatch.setattr(controller_session, "Remote", lambda client: remote)
     result = cli.invoke(app, ["validate", str(spec), "--json"])
     assert result.exit_code == 1, result.output
     error = json.loads(result.stdout)["error"]
@@ -372,7 +373,7 @@ def refuse_logins(monkeypatch: pytest.MonkeyPatch, message: str = AUTH_FAILED) -
         tried.append(target)
         raise SshFailure(message)
 
-    monkeypatch.setattr(preflight_module, "connect", connect)
+    monkeypatch.setattr(preflight_runner, "connect", connect)
     return tried
 
 

@@ -11,15 +11,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from gpuclus.spec.findings import Severity
 from gpuclus.spec.load import load_spec, load_spec_text
-from gpuclus.spec.models import (
-    API_VERSION,
-    ClusterSpec,
-    Fabric,
-    NfsExport,
-    Role,
-)
+from gpuclus.spec.models import ClusterSpec, Fabric, NfsExport, Role
 from gpuclus.spec.schema import SCHEMA_ID, spec_json_schema
 from gpuclus.spec.topology import (
     DEFAULT_PARTITION,
@@ -28,6 +21,8 @@ from gpuclus.spec.topology import (
     expand_nodes,
     slurm_partitions,
 )
+from gpuclus.yamldoc.document import API_VERSION
+from gpuclus.yamldoc.findings import Severity
 
 VALID = Path(__file__).resolve().parent.parent / "fixtures" / "valid"
 

@@ -11,23 +11,16 @@ from typing import Any
 import pytest
 
 from gpuclus.errors import ExitCode, GpuclusError
+from gpuclus.preflight import gpu, keyinstall, rules
+from gpuclus.preflight import runner as preflight_runner
+from gpuclus.preflight.hostkeys import HostKeyCheck
+from gpuclus.preflight.keyinstall import install_keys
+from gpuclus.preflight.report import NodeReport, PreflightCheck
+from gpuclus.preflight.rules import judge, parse_sections, skew_checks, slurm_release_checks
+from gpuclus.preflight.runner import preflight_exit_code, preflight_spec, run_preflight
 from gpuclus.spec.load import load_spec_text
 from gpuclus.spec.topology import Node, Topology
-from gpuclus.ssh import preflight as preflight_module
 from gpuclus.ssh.client import SshFailure, SshTarget
-from gpuclus.ssh.preflight import (
-    HostKeyCheck,
-    NodeReport,
-    PreflightCheck,
-    install_keys,
-    judge,
-    parse_sections,
-    preflight_exit_code,
-    preflight_spec,
-    run_preflight,
-    skew_checks,
-    slurm_release_checks,
-)
 from gpuclus.state import StateDir
 
 SPEC = """\
@@ -297,7 +290,7 @@ def test_preflight_spec_makes_the_key_and_learns_new_host_keys(tmp_path: Path, m
         targets.append((target, accept_new))
         raise SshFailure(f"{target.address}: Connection refused")
 
-    monkeypatch.setattr(preflight_module, "connect", refuse)
+    monkeypatch.setattr(preflight_runner, "connect", refuse)
     reports = preflight_spec(loaded, path, hosts=["gpu01"])
     state = StateDir.beside(path)
     assert state.private_key.exists()
@@ -317,7 +310,7 @@ def test_install_keys_names_every_node_that_refused(tmp_path: Path, monkeypatch:
         installed.append((target.address, password))
         assert public_key.startswith("ssh-ed25519 ")
 
-    monkeypatch.setattr(preflight_module, "install_key", install)
+    monkeypatch.setattr(keyinstall, "install_key", install)
     key = "AAAAC3NzaC1lZDI1NTE5AAAAIDP8Ibq1N1mCHN5mu4Gjc1o+IFR2VWaqDvqszD7AUitl"
     StateDir.beside(path).set_known_host_keys(
         {"10.0.0.10": [f"ssh-ed25519 {key}"], "10.0.0.11": [f"ssh-ed25519 {key}"]}
@@ -339,7 +332,7 @@ def test_install_keys_names_every_node_that_refused(tmp_path: Path, monkeypatch:
 
 def test_install_keys_sends_nothing_to_a_host_key_nobody_trusted(tmp_path: Path, monkeypatch: Any) -> None:
     path, loaded = spec_file(tmp_path)
-    monkeypatch.setattr(preflight_module, "install_key", lambda *args: pytest.fail("the password was sent"))
+    monkeypatch.setattr(keyinstall, "install_key", lambda *args: pytest.fail("the password was sent"))
     key = "AAAAC3NzaC1lZDI1NTE5AAAAIDP8Ibq1N1mCHN5mu4Gjc1o+IFR2VWaqDvqszD7AUitl"
     state = StateDir.beside(path)
     state.ssh_dir.mkdir(parents=True)
@@ -411,7 +404,7 @@ def _fake_preflight(monkeypatch: pytest.MonkeyPatch, calls: list[Any]) -> None:
                 on_answer(one, count, len(reports))
         return reports
 
-    monkeypatch.setattr(preflight_module, "preflight_spec", fake)
+    monkeypatch.setattr(preflight_runner, "preflight_spec", fake)
 
 
 def test_preflight_command_shows_progress_and_ends_with_its_time(
@@ -488,7 +481,7 @@ def recorded(fixture: str) -> dict[str, list[str]]:
 
 def detection(node_name: str, fixture: str, driver_install: bool = True) -> dict[str, tuple[str, str, str]]:
     checks = judge(gpu_node(node_name), recorded(fixture), "ubuntu", 10, driver_install=driver_install)
-    names = ("gpus", *preflight_module.GPU_NODE_CHECKS)
+    names = ("gpus", *gpu.GPU_NODE_CHECKS)
     return {check.name: (check.status, check.message, check.hint) for check in checks if check.name in names}
 
 
@@ -582,7 +575,7 @@ def test_a_node_without_mokutil_and_without_the_efi_variable_leaves_secure_boot_
     ],
 )
 def test_secure_boot_is_read_from_mokutil_then_the_efi_variable(lines: list[str], state: tuple[str, str]) -> None:
-    assert preflight_module.secure_boot_state(lines) == state
+    assert gpu.secure_boot_state(lines) == state
 
 
 def test_fake_gpus_and_cpu_nodes_skip_detection_with_the_reason() -> None:
@@ -630,13 +623,13 @@ def test_the_detection_checks_reach_the_json() -> None:
         "hgx01", "10.0.0.11", True, checks=judge(gpu_node("hgx01"), recorded("h100-hgx-secure-boot"), "ubuntu", 10)
     )
     names = [check["name"] for check in report.as_dict()["checks"]]
-    assert names[names.index("gpus") :][:6] == ["gpus", *preflight_module.GPU_NODE_CHECKS]
+    assert names[names.index("gpus") :][:6] == ["gpus", *gpu.GPU_NODE_CHECKS]
 
 
 def test_the_probe_runs_under_posix_sh_on_a_machine_without_gpus() -> None:
     # This machine has no NVIDIA device: the new sections come out empty or
     # "unknown"-ish, and nothing is written to stderr (every command tolerates absence).
-    probe = preflight_module.PROBE.replace("NAMES", "localhost")
+    probe = rules.PROBE.replace("NAMES", "localhost")
     result = subprocess.run(["/bin/sh", "-c", probe], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0
     assert result.stderr == ""
@@ -646,7 +639,7 @@ def test_the_probe_runs_under_posix_sh_on_a_machine_without_gpus() -> None:
     assert sections["kernel"] and sections["kernel"][0]
     assert sections["secureboot"] and sections["secureboot"][-1].split()[0] in {"bios", "efi", "efivar"}
     assert sections["headers"] == ["nogpu"]  # apt-cache is not asked on a node without a GPU
-    state, _ = preflight_module.secure_boot_state(sections["secureboot"])
+    state, _ = gpu.secure_boot_state(sections["secureboot"])
     assert state in {"on", "off", "unknown"}
     # As if a GPU had been found: the package manager's answer, whichever this machine has.
     assert "g=''" in probe

@@ -30,7 +30,8 @@ from typer.testing import CliRunner
 
 from gpuclus.cli import preflight as cli_preflight
 from gpuclus.cli.main import app
-from gpuclus.ssh import preflight as preflight_module
+from gpuclus.preflight import hostkeys
+from gpuclus.preflight import runner as preflight_runner
 from gpuclus.ssh.client import SshFailure, SshTarget, connect
 from gpuclus.state import StateDir
 
@@ -200,7 +201,7 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster
         nodes[name] = Node(address, home)
         nodes[name].serve(sock)
     port = nodes["head"].port
-    monkeypatch.setattr(preflight_module, "SSH_PORT", port)
+    monkeypatch.setattr(hostkeys, "SSH_PORT", port)
     yield Cluster(spec, nodes, port)
     for node in nodes.values():
         node.stop()
@@ -225,7 +226,7 @@ def terminal(monkeypatch: pytest.MonkeyPatch) -> Terminal:
     monkeypatch.setattr(cli_preflight.getpass, "getpass", getpass)
     monkeypatch.setattr(cli_preflight, "_stdin_is_terminal", lambda: term.tty, raising=False)
     # After the key is installed, the probe would log in with it: not what these tests are about.
-    monkeypatch.setattr(preflight_module, "preflight_spec", lambda loaded, spec, min_disk_gb, **progress: [])
+    monkeypatch.setattr(preflight_runner, "preflight_spec", lambda loaded, spec, min_disk_gb, **progress: [])
     return term
 
 

@@ -25,9 +25,9 @@ from gpuclus.deploy.last_applied import last_applied_dir, read_last_applied, sav
 from gpuclus.deploy.runner import RunOutcome
 from gpuclus.deploy.workspace import RunConfig
 from gpuclus.errors import ExitCode, GpuclusError, UsageError
+from gpuclus.preflight.report import NodeReport
 from gpuclus.reset import pipeline
 from gpuclus.spec.load import LoadedSpec, load_spec
-from gpuclus.ssh.preflight import NodeReport
 from gpuclus.state import StateDir
 
 runner = CliRunner()

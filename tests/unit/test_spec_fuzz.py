@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuclus.spec.checks import CODES
-from gpuclus.spec.findings import has_errors
 from gpuclus.spec.load import LoadedSpec, load_spec_text
+from gpuclus.yamldoc.findings import has_errors
 
 FUZZ = settings(
     max_examples=200,

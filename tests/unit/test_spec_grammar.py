@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuclus.spec.findings import Finding
-from gpuclus.spec.grammar import address_problem, export_options_problem, export_path_problem, full_match
 from gpuclus.spec.load import load_spec_text
+from gpuclus.yamldoc.findings import Finding
+from gpuclus.yamldoc.grammar import address_problem, export_options_problem, export_path_problem, full_match
 
 SPEC: dict[str, Any] = {
     "apiVersion": "gpuclus/v1",

@@ -26,9 +26,9 @@ from role_templates import group_vars, render
 from test_spec_grammar import PATTERN_FIELDS, SPEC
 
 from gpuclus.render import render_files
-from gpuclus.spec.findings import Severity
 from gpuclus.spec.load import LoadedSpec, load_spec_text
 from gpuclus.spec.models import Role
+from gpuclus.yamldoc.findings import Severity
 
 HOSTILE = settings(
     max_examples=150,

@@ -2,7 +2,7 @@
 
 OpenSSH's sshd sends a command's exit status when its process ends, which can be
 before the last of its output has crossed the connection; the validate stage's
-channel reader (validate/remote.py) and the one-shot ``ssh.client.run`` must read
+channel reader (slurm/remote.py) and the one-shot ``ssh.client.run`` must read
 on to the channel's end of file. The server here is paramiko's own server side
 on a loopback socket, scripted to send output, then the exit status, then the
 rest of the output after a pause: the order that cut a node exporter page short
@@ -22,8 +22,8 @@ from pathlib import Path
 import paramiko
 import pytest
 
+from gpuclus.slurm.remote import AFTER_EXIT_WAIT_S, Remote
 from gpuclus.ssh.client import run
-from gpuclus.validate.remote import AFTER_EXIT_WAIT_S, Remote
 
 FIRST = b"node_load1 0.5\n" * 4000  # about 60 KB, more than one SSH packet
 LAST = b"slurm_up 1\n"

@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 from validate_stubs import SANDBOX_SPEC, healthy_remote
 
 from gpuclus.cli.main import app
+from gpuclus.slurm import session as controller_session
 from gpuclus.ssh.client import SshTarget
 from gpuclus.state import StateDir
-from gpuclus.validate import runner as validate_runner
 from gpuclus.validate.checks import accounting
 
 # A duration glued to its unit ("0.1s"): the other format, the one these commands no longer print.
@@ -27,8 +27,8 @@ def stubbed(monkeypatch: pytest.MonkeyPatch) -> None:
     def connect(target: SshTarget, *args: Any, **kwargs: Any) -> object:
         return object()
 
-    monkeypatch.setattr(validate_runner, "connect", connect)
-    monkeypatch.setattr(validate_runner, "Remote", lambda client: remote)
+    monkeypatch.setattr(controller_session, "connect", connect)
+    monkeypatch.setattr(controller_session, "Remote", lambda client: remote)
     monkeypatch.setattr(accounting, "WAIT_FOR_ROWS_S", 0.0)
 
 

@@ -11,6 +11,7 @@ import pytest
 from gpuclus.deploy.phases import Phase
 from gpuclus.errors import ExitCode, UsageError
 from gpuclus.render import render_files
+from gpuclus.slurm.releases import jump_problem, major, mix_problem
 from gpuclus.spec.load import load_spec_text
 from gpuclus.ssh.client import CommandResult
 from gpuclus.upgrade import window
@@ -18,7 +19,6 @@ from gpuclus.upgrade.batches import Batch, plan_batches
 from gpuclus.upgrade.detect import installed_slurm, refuse_unsupported_jump
 from gpuclus.upgrade.pins import PINS, SLURM, PinChange, changed_pins
 from gpuclus.upgrade.rolling import BatchDeploy, Rollout, roll
-from gpuclus.upgrade.slurm_jump import jump_problem, major, mix_problem
 
 SPEC = textwrap.dedent(
     """\

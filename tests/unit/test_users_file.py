@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuclus.spec.document import SpecFileError
-from gpuclus.spec.findings import Severity
 from gpuclus.users.load import load_users, load_users_text
 from gpuclus.users.sshkeys import key_problem
+from gpuclus.yamldoc.document import SpecFileError
+from gpuclus.yamldoc.findings import Severity
 
 
 def public_key(kind: str = "ssh-ed25519", body: bytes = b"\x07" * 32) -> str:
@@ -219,9 +219,9 @@ def test_docs_describe_every_field_and_code() -> None:
 
     from pydantic import BaseModel
 
-    from gpuclus.spec.schema_findings import first_model
     from gpuclus.users import checks, load
     from gpuclus.users.model import UsersFile
+    from gpuclus.yamldoc.schema_findings import first_model
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "users.md").read_text()
 

@@ -1,6 +1,6 @@
 """`gpuclus validate` through typer: options, exit codes, JSON and JUnit, on a stubbed controller session.
 
-No network: the SSH connection is replaced in gpuclus.validate.runner
+No network: the SSH connection is replaced in gpuclus.slurm.session
 (``connect`` returns a dummy client, ``Remote`` wraps it in a
 ``validate_stubs.StubRemote`` answering with output recorded on the sandbox).
 """
@@ -20,9 +20,9 @@ from typer.testing import CliRunner, Result
 from validate_stubs import GPU01, GPU02, HEAD, SANDBOX_SPEC, UNMUNGE_BAD_KEY, StubRemote, healthy_remote, ok
 
 from gpuclus.cli.main import app
+from gpuclus.slurm import session as controller_session
 from gpuclus.ssh.client import CommandResult, SshFailure, SshTarget
 from gpuclus.state import StateDir
-from gpuclus.validate import runner as validate_runner
 from gpuclus.validate.checks import accounting
 from gpuclus.validate.model import Level
 from gpuclus.validate.registry import STAGES, all_checks
@@ -66,8 +66,8 @@ def session(monkeypatch: pytest.MonkeyPatch) -> Session:
         stub.targets.append(target)
         return object()
 
-    monkeypatch.setattr(validate_runner, "connect", connect)
-    monkeypatch.setattr(validate_runner, "Remote", lambda client: stub.remote)
+    monkeypatch.setattr(controller_session, "connect", connect)
+    monkeypatch.setattr(controller_session, "Remote", lambda client: stub.remote)
     monkeypatch.setattr(accounting, "WAIT_FOR_ROWS_S", 0.0)
     return stub
 
@@ -79,7 +79,7 @@ def no_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     def connect(target: SshTarget, *args: Any, **kwargs: Any) -> object:
         raise AssertionError("validate connected although it should have stopped before")
 
-    monkeypatch.setattr(validate_runner, "connect", connect)
+    monkeypatch.setattr(controller_session, "connect", connect)
 
 
 # --- --list and options refused before anything connects ----------------------------------
@@ -171,7 +171,7 @@ def test_controller_unreachable_exits_4_monkeypatched_connect_raises_ssh_failure
         targets.append(target)
         raise SshFailure(f"{target.address}: [Errno 113] No route to host")
 
-    monkeypatch.setattr(validate_runner, "connect", connect)
+    monkeypatch.setattr(controller_session, "connect", connect)
     spec = spec_file(tmp_path)
     result = validate(str(spec))
     assert result.exit_code == 4, result.output
@@ -188,7 +188,7 @@ def test_controller_unreachable_in_json_mode_monkeypatched_connect(
     def connect(target: SshTarget, *args: Any, **kwargs: Any) -> object:
         raise SshFailure(f"{target.address}: timed out")
 
-    monkeypatch.setattr(validate_runner, "connect", connect)
+    monkeypatch.setattr(controller_session, "connect", connect)
     result = validate(str(spec_file(tmp_path)), "--json")
     assert result.exit_code == 4
     assert json.loads(result.stdout)["error"]["exit_code"] == 4

@@ -60,16 +60,16 @@ from validate_stubs import (
     with_state,
 )
 
+from gpuclus.slurm import commands as slurm
+from gpuclus.slurm import remote as remote_module
+from gpuclus.slurm.remote import TIMED_OUT, Remote, _collect
 from gpuclus.ssh.client import CommandResult, SshFailure
-from gpuclus.validate import remote as remote_module
-from gpuclus.validate import slurm
 from gpuclus.validate.check import Check
 from gpuclus.validate.checks import accounting, cluster, containers, launch, monitoring, storage
 from gpuclus.validate.context import Context, Options
 from gpuclus.validate.junit import junit_xml, write_junit
 from gpuclus.validate.model import CheckResult, Level, NodeResult, Outcome, Status, skipped, worst
 from gpuclus.validate.registry import STAGES, all_checks
-from gpuclus.validate.remote import TIMED_OUT, Remote, _collect
 from gpuclus.validate.runner import Report, run_checks
 
 

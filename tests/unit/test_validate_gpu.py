@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from gpuclus.slurm.remote import TIMED_OUT
 from gpuclus.spec.load import load_spec_text
 from gpuclus.spec.models import Fabric
 from gpuclus.spec.topology import Node
@@ -63,7 +64,6 @@ from gpuclus.validate.checks.gpu.scope import FAKE_REASON, NO_GPU_NODES
 from gpuclus.validate.context import Context
 from gpuclus.validate.model import Level, Outcome, Status
 from gpuclus.validate.probes import common, ddp_probe, gpu_probe, nccl_probe
-from gpuclus.validate.remote import TIMED_OUT
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 

@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 from validate_stubs import COMPUTE, GPU01, GPU02, HEAD, SANDBOX_SPEC, StubRemote, context, fail, ok, target
 
+from gpuclus.slurm import commands as slurm
+from gpuclus.slurm.remote import TIMED_OUT
 from gpuclus.spec.load import load_spec_text
 from gpuclus.ssh.client import CommandResult
-from gpuclus.validate import slurm, thresholds
+from gpuclus.validate import thresholds
 from gpuclus.validate.checks.workloads import CHECKS
 from gpuclus.validate.checks.workloads.batch import OUTPUT_PATTERN, mpi_job, sbatch_job
 from gpuclus.validate.checks.workloads.env import pytorch_env
@@ -39,7 +41,6 @@ from gpuclus.validate.checks.workloads.training import container, ddp, fsdp
 from gpuclus.validate.context import Options
 from gpuclus.validate.model import Level, Outcome, Status
 from gpuclus.validate.registry import all_checks, select
-from gpuclus.validate.remote import TIMED_OUT
 
 # The sandbox with the node-local CPU env the sandbox's wheelhouse gives it.
 NODE_LOCAL = SANDBOX_SPEC + "pytorch:\n  install: true\n  location: node-local\n  flavour: cpu\n"

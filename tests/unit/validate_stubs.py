@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from gpuclus.sandbox.layout import sandbox_layout, sandbox_spec_text
+from gpuclus.slurm.remote import Remote
 from gpuclus.spec.load import LoadedSpec, load_spec_text
 from gpuclus.ssh.client import CommandResult
 from gpuclus.validate.context import Context, Options
-from gpuclus.validate.remote import Remote
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "validate"
 

@@ -44,7 +44,7 @@ def read_spec(path: Path) -> Any:
 def read_positioned_file(load: Callable[[Path], Any], path: Path) -> Any:
     """``load(path)`` for a YAML file read with positions (the spec, the users file); an unreadable
     file becomes a GpuclusError: exit 2 for how gpuclus was called, 3 for a file it cannot use."""
-    from gpuclus.spec.document import SpecFileError
+    from gpuclus.yamldoc.document import SpecFileError
 
     try:
         return load(path)

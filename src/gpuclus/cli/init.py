@@ -13,7 +13,7 @@ from rich.markup import escape
 from gpuclus.cli.common import DEFAULT_SPEC, JsonOption, handled, require_absent_or_force
 from gpuclus.errors import SpecInvalidError, UsageError
 from gpuclus.output import Output, plural
-from gpuclus.spec.findings import Severity
+from gpuclus.yamldoc.findings import Severity
 
 if TYPE_CHECKING:  # initspec pulls in pydantic and jinja2; importing it at start-up slows --help
     from gpuclus.initspec import SpecDraft

@@ -74,13 +74,13 @@ def _show_plan(out: Output, plan: Any, spec: Path) -> None:
 def _remove(
     out: Output, loaded: Any, plan: Any, spec: Path, *, force: bool, timeout: int, payload: dict[str, Any]
 ) -> None:
-    from gpuclus.cli.deploy import _print_summary, run_with_progress
+    from gpuclus.cli.deploy_view import print_summary, run_with_progress
     from gpuclus.deploy import pipeline
     from gpuclus.fileio import write_text_atomic
     from gpuclus.nodes.drain import drain_and_wait
     from gpuclus.nodes.retire import retire_nodes
+    from gpuclus.slurm.session import connect_controller
     from gpuclus.state import StateDir
-    from gpuclus.validate.runner import connect_controller
 
     state = StateDir.beside(spec)
     remote = connect_controller(loaded.spec, loaded.topology, state.private_key, state.known_hosts)
@@ -111,7 +111,7 @@ def _remove(
     result = run_with_progress(out, request, updated)
     payload["deploy"] = {"exit_code": int(result.exit_code), "run_dir": str(result.run_dir), **result.record.as_dict()}
     if not out.json_mode:
-        _print_summary(out, result.record, result.seconds)
+        print_summary(out, result.record, result.seconds)
     if result.exit_code != 0:
         out.warn(f"the deploy did not finish: {spec} already leaves {plan.hostlist} out; run `gpuclus deploy {spec}`")
         out.emit({"ok": False, "exit_code": int(result.exit_code), **payload})

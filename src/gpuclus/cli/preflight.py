@@ -69,7 +69,7 @@ def preflight(
     2 when new host keys were not confirmed (nothing was sent), 4 when a node
     could not be reached or its host key was refused.
     """
-    from gpuclus.ssh.preflight import preflight_exit_code
+    from gpuclus.preflight.runner import preflight_exit_code
 
     out = Output(json_mode=json_mode)
     extra: dict[str, Any] = {}
@@ -107,7 +107,7 @@ def _probe(out: Output, loaded: Any, spec: Path, min_disk_gb: float) -> list[Any
     A node that does not answer takes up to its SSH timeout: without a count the
     command would look hung until the slowest node gave up.
     """
-    from gpuclus.ssh.preflight import preflight_spec
+    from gpuclus.preflight.runner import preflight_spec
 
     if out.json_mode:
         return preflight_spec(loaded, spec, min_disk_gb)
@@ -169,7 +169,8 @@ def _bootstrap_keys(
     loaded: Any, spec: Path, out: Output, known_hosts_file: Path | None, accept_new: bool, extra: dict[str, Any]
 ) -> None:
     """Host keys first (shown, confirmed or refused), then the password, sent only to trusted keys."""
-    from gpuclus.ssh.preflight import install_failure, install_keys, pin_host_keys, scan_host_keys
+    from gpuclus.preflight.hostkeys import pin_host_keys, scan_host_keys
+    from gpuclus.preflight.keyinstall import install_failure, install_keys
 
     checks = scan_host_keys(loaded, spec, known_hosts_file)
     extra["host_keys"] = [check.as_dict() for check in checks]

@@ -182,7 +182,7 @@ def _interactive() -> bool:
 
 def _run(out: Output, request: Any, loaded: Any) -> Any:
     """The reset with the deploy's progress lines; Ctrl-C stops Ansible (twice: at once)."""
-    from gpuclus.cli.deploy import run_with_progress
+    from gpuclus.cli.deploy_view import run_with_progress
     from gpuclus.reset import pipeline
 
     return run_with_progress(out, request, loaded, run=pipeline.reset)

@@ -17,14 +17,14 @@ DRAIN_TIMEOUT_S = 3600
 
 def rolling_upgrade(out: Output, request: Any, loaded: Any, changes: list[Any], max_unavailable: int) -> Any:
     """Drain, upgrade, check and resume the nodes batch by batch; returns the RollingReport."""
-    from gpuclus.cli.deploy import run_with_progress
+    from gpuclus.cli.deploy_view import run_with_progress
     from gpuclus.deploy.last_applied import save_last_applied
     from gpuclus.deploy.pipeline import render_for_run
+    from gpuclus.slurm.session import connect_controller
     from gpuclus.state import StateDir
     from gpuclus.upgrade.batches import plan_batches
     from gpuclus.upgrade.detect import installed_slurm, refuse_unsupported_jump
     from gpuclus.upgrade.rolling import BatchDeploy, Rollout, roll
-    from gpuclus.validate.runner import connect_controller
 
     spec, topology = loaded.spec, loaded.topology
     state = StateDir.beside(request.spec_path)

@@ -107,7 +107,7 @@ def runs_show(
     json_mode: JsonOption = False,
 ) -> None:
     """Show one run: spec hash, phases with durations, per-host results, failures."""
-    from gpuclus.cli.deploy import _print_summary, changed_word
+    from gpuclus.cli.deploy_view import changed_word, print_summary
     from gpuclus.deploy.records import load_record
 
     out = Output(json_mode=json_mode)
@@ -130,7 +130,7 @@ def runs_show(
                 f"  {phase.name:<11} {phase.seconds:6.1f} s  {phase.tasks} tasks, "
                 f"{phase.changed} {changed_word(record.check)}, {phase.failed} failed"
             )
-        _print_summary(out, record, record.seconds)
+        print_summary(out, record, record.seconds)
         for failure in record.failures:
             kind = "unreachable" if failure.unreachable else "failed"
             out.result(f"  [red]✗ {escape(failure.host)}[/] {kind}: {escape(failure.task)}: {escape(failure.message)}")

@@ -11,7 +11,7 @@ import typer
 from gpuclus.cli.common import DEFAULT_SPEC, JsonOption, handled, read_spec
 from gpuclus.errors import ExitCode, SpecInvalidError
 from gpuclus.output import Output, findings_summary, plural
-from gpuclus.spec.findings import Finding, sort_findings, warning
+from gpuclus.yamldoc.findings import Finding, sort_findings, warning
 
 if TYPE_CHECKING:
     from gpuclus.deploy.phases import Phase

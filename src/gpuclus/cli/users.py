@@ -261,7 +261,7 @@ def _public_keys(path: Path) -> list[str]:
 
 
 def _apply(out: Output, spec: Path, change: Any, *, dry_run: bool, payload: dict[str, Any]) -> None:
-    from gpuclus.cli.deploy import _print_summary, run_with_progress
+    from gpuclus.cli.deploy_view import print_summary, run_with_progress
     from gpuclus.deploy import pipeline
     from gpuclus.fileio import write_text_atomic
 
@@ -280,7 +280,7 @@ def _apply(out: Output, spec: Path, change: Any, *, dry_run: bool, payload: dict
     result = run_with_progress(out, request, updated, only=True)
     payload["deploy"] = {"exit_code": int(result.exit_code), "run_dir": str(result.run_dir), **result.record.as_dict()}
     if not out.json_mode:
-        _print_summary(out, result.record, result.seconds)
+        print_summary(out, result.record, result.seconds)
     if result.exit_code != 0:
         out.warn(f"the users phase did not finish: {change.path} is written; run `gpuclus deploy {spec} --only users`")
         out.emit({"ok": False, "exit_code": int(result.exit_code), **payload})
@@ -290,10 +290,10 @@ def _apply(out: Output, spec: Path, change: Any, *, dry_run: bool, payload: dict
 
 def _gpus_in_use(loaded: Any, spec: Path) -> tuple[dict[str, int], str | None]:
     """GPUs each user's running jobs hold, from squeue on the controller; ({}, why) when it cannot be asked."""
+    from gpuclus.slurm.session import connect_controller
     from gpuclus.ssh.client import SshFailure
     from gpuclus.state import StateDir
     from gpuclus.users.usage import SQUEUE_GPUS, gpus_in_use
-    from gpuclus.validate.runner import connect_controller
 
     state = StateDir.beside(spec)
     try:

@@ -186,9 +186,10 @@ def _selected_nodes(topology: Any, nodes: str | None) -> list[Any]:
 
 
 def _run(out: Output, spec: Path, loaded: Any, checks: list[Any], depth: Any, selected: list[Any], image: str) -> Any:
+    from gpuclus.slurm.session import connect_controller, require_slurm
     from gpuclus.state import StateDir
     from gpuclus.validate.context import Options
-    from gpuclus.validate.runner import connect_controller, require_slurm, run_checks
+    from gpuclus.validate.runner import run_checks
 
     state = StateDir.beside(spec)
     if not state.private_key.exists():

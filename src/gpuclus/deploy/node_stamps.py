@@ -182,7 +182,7 @@ def read_stamp(target: SshTarget) -> str | None:
 def check_spec_nodes(loaded: LoadedSpec, spec_path: Path, digest: str) -> list[NodeStamp]:
     """Read every node's stamp with gpuclus' key and known_hosts (never learning a new host key)."""
     from gpuclus.hints import gpuclus_command
-    from gpuclus.ssh.preflight import SshAdvice, ssh_hint
+    from gpuclus.preflight.runner import SshAdvice, ssh_hint
 
     assert loaded.spec is not None and loaded.topology is not None
     state = StateDir.beside(spec_path)

@@ -24,11 +24,11 @@ from gpuclus.deploy.phases import Phase, PhaseChoice, parse_phase_list, select_p
 from gpuclus.deploy.runner import DeployRun, RunOutcome
 from gpuclus.deploy.workspace import RunConfig, missing_playbooks, prepare_run
 from gpuclus.errors import ExitCode, GpuclusError, UsageError
+from gpuclus.preflight import runner as preflight_runner
+from gpuclus.preflight.report import NodeReport
 from gpuclus.secret_files import ensure_secrets
 from gpuclus.spec import hostlist
 from gpuclus.spec.load import LoadedSpec
-from gpuclus.ssh import preflight as ssh_preflight
-from gpuclus.ssh.preflight import NodeReport
 from gpuclus.state import StateDir
 
 
@@ -143,8 +143,8 @@ def deploy(
 
 def ssh_preflight_nodes(loaded: LoadedSpec, spec_path: Path, hosts: list[str]) -> list[NodeReport]:
     """The real SSH preflight of ``hosts`` (deploy's and reset's default)."""
-    # Looked up when called, so a test can replace ssh.preflight.preflight_spec.
-    return ssh_preflight.preflight_spec(loaded, spec_path, hosts=hosts)
+    # Looked up when called, so a test can replace preflight.runner.preflight_spec.
+    return preflight_runner.preflight_spec(loaded, spec_path, hosts=hosts)
 
 
 def preflight_failures(reports: list[NodeReport]) -> list[records.Failure]:

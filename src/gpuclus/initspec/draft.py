@@ -15,15 +15,14 @@ from pathlib import Path
 
 from gpuclus.errors import UsageError
 from gpuclus.spec import hostlist
-from gpuclus.spec.grammar import address_problem, export_path_problem
-from gpuclus.spec.models import (
+from gpuclus.spec.models import Gpus, Role
+from gpuclus.yamldoc.grammar import address_problem, export_path_problem
+from gpuclus.yamldoc.patterns import (
     CLUSTER_NAME_PATTERN,
     GPU_MODEL_PATTERN,
     NODE_NAME_PATTERN,
     PATTERN_RULES,
     USER_PATTERN,
-    Gpus,
-    Role,
 )
 
 DEFAULT_CLUSTER_NAME = "gpu-cluster"

@@ -22,7 +22,7 @@ from pathlib import Path
 from gpuclus.errors import UsageError
 from gpuclus.fileio import FileTooLargeError, NotRegularFileError, read_regular_file
 from gpuclus.initspec.draft import HostRange, node_name_problem
-from gpuclus.spec.grammar import address_problem
+from gpuclus.yamldoc.grammar import address_problem
 
 # /etc/hosts is a few kilobytes even for large sites; refuse the wrong file early.
 MAX_HOSTS_FILE_BYTES = 2 * 1024 * 1024

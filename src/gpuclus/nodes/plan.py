@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from gpuclus.errors import UsageError
 from gpuclus.spec import hostlist
 from gpuclus.spec.edit import SpecEditError, remove_nodes
-from gpuclus.spec.findings import Severity
 from gpuclus.spec.load import LoadedSpec, load_spec_text
 from gpuclus.spec.models import Role
 from gpuclus.spec.topology import Node
+from gpuclus.yamldoc.findings import Severity
 
 
 @dataclass(frozen=True)

@@ -31,11 +31,11 @@ from gpuclus.deploy.pipeline import (
 from gpuclus.deploy.workspace import RunConfig, prepare_run
 from gpuclus.errors import ExitCode, GpuclusError, UsageError
 from gpuclus.fileio import write_text_atomic
+from gpuclus.preflight.report import NodeReport
 from gpuclus.resources import data_dir
 from gpuclus.secret_files import ensure_secrets
 from gpuclus.spec import hostlist
 from gpuclus.spec.load import LoadedSpec
-from gpuclus.ssh.preflight import NodeReport
 from gpuclus.state import StateDir
 
 PHASE = "reset"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from gpuclus.errors import UsageError
 from gpuclus.sandbox.image import ADMIN_USER
 from gpuclus.sandbox.oses import DEFAULT_OS, node_os
-from gpuclus.spec.models import CLUSTER_NAME_PATTERN
+from gpuclus.yamldoc.patterns import CLUSTER_NAME_PATTERN
 
 SUBNET_POOL = ipaddress.ip_network("10.213.0.0/16")
 FIRST_HOST = 10  # head is .10, compute nodes .11 onwards

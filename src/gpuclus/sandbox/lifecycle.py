@@ -287,7 +287,7 @@ def up(options: UpOptions, say: Say) -> UpResult:
 def _slurm_mix_notes(layout: SandboxLayout) -> list[str]:
     """What a mixed sandbox cannot do: one Slurm cluster, where the releases' Slurm do not mix
     (deploy's preflight then leaves those compute nodes out, naming the releases)."""
-    from gpuclus.upgrade.slurm_jump import mix_problem
+    from gpuclus.slurm.releases import mix_problem
 
     head = OSES[layout.head.os]
     notes = []

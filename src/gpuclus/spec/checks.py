@@ -28,14 +28,14 @@ from gpuclus.fileio import FileTooLargeError, NotRegularFileError, read_regular_
 from gpuclus.spec import hostlist
 from gpuclus.spec.credentials import MAX_BYTES as CREDENTIALS_MAX_BYTES
 from gpuclus.spec.credentials import credentials_problems
-from gpuclus.spec.document import SpecFileError
 from gpuclus.spec.failover import STATE_SUBDIR, backup_controller, default_state_dir
-from gpuclus.spec.findings import Finding, Loc, Severity, error, info, warning
-from gpuclus.spec.grammar import address_problem, full_match
 from gpuclus.spec.models import ClusterSpec, NodeEntry, Role
 from gpuclus.spec.software import outside_share
 from gpuclus.spec.topology import Node, Topology
 from gpuclus.users.load import LoadedUsers, load_users
+from gpuclus.yamldoc.document import SpecFileError
+from gpuclus.yamldoc.findings import Finding, Loc, Severity, error, info, warning
+from gpuclus.yamldoc.grammar import address_problem, full_match
 
 # The parts of a spec the checks name in ``needs``: a pydantic loc prefix each.
 NODES: Loc = ("nodes",)

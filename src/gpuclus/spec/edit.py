@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import yaml
 
 from gpuclus.spec import hostlist
+from gpuclus.yamldoc.textedit import last_leaf, line_start
 
 
 class SpecEditError(ValueError):
@@ -108,37 +109,6 @@ def _cut_entry(text: str, entry: _Entry) -> tuple[int, int, str]:
 def _is_comment(line: str, indented: Callable[[int], bool]) -> bool:
     stripped = line.lstrip()
     return stripped.startswith("#") and indented(len(line) - len(stripped))
-
-
-def last_leaf(node: yaml.Node) -> yaml.Node:
-    """The node written last inside ``node``: where its text really ends.
-
-    A block collection's end mark is the next token, past any comments after
-    it; a scalar's or a flow collection's ends on its own last character.
-    """
-    while not node.flow_style if isinstance(node, yaml.CollectionNode) else False:
-        if isinstance(node, yaml.MappingNode):
-            if not node.value:
-                return node
-            node = node.value[-1][1]
-        elif isinstance(node, yaml.SequenceNode):
-            if not node.value:
-                return node
-            node = node.value[-1]
-        else:
-            break
-    return node
-
-
-def line_start(text: str, line: int) -> int:
-    """Offset of 0-based ``line``'s first character (len(text) past the end)."""
-    offset = 0
-    for _ in range(line):
-        newline = text.find("\n", offset)
-        if newline < 0:
-            return len(text)
-        offset = newline + 1
-    return offset
 
 
 def _partition_edits(root: yaml.MappingNode, names: set[str]) -> list[tuple[int, int, str]]:

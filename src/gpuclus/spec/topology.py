@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from gpuclus.spec import hostlist
-from gpuclus.spec.findings import Finding, error
 from gpuclus.spec.models import ClusterSpec, Gpus, NodeEntry, Role
+from gpuclus.yamldoc.findings import Finding, error
 
 
 @dataclass(frozen=True, slots=True)  # slots: a 65,000-node spec holds 65,000 of them

@@ -1,7 +1,7 @@
 """gpuclus' one SSH client (paramiko): connect with gpuclus' key, verify host keys, run a command.
 
 Every SSH connection in gpuclus comes from here: preflight, the sandbox,
-validate (whose channels with deadlines, validate/remote.py, open on a
+validate (whose channels with deadlines, slurm/remote.py, open on a
 connection from connect() through open_channel()).
 
 Host keys are always checked against gpuclus' known_hosts (RejectPolicy):

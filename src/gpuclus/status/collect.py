@@ -87,8 +87,8 @@ ScriptRunner = Callable[[SshTarget, str], CommandResult]
 
 def run_script(target: SshTarget, text: str) -> CommandResult:
     """Connect with gpuclus' key (known hosts only), run ``text`` under a deadline, disconnect."""
+    from gpuclus.slurm.remote import Remote
     from gpuclus.ssh.client import connect
-    from gpuclus.validate.remote import Remote
 
     remote = Remote(connect(target, timeout=CONNECT_TIMEOUT))
     try:

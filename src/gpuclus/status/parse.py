@@ -1,7 +1,7 @@
 """Raw command output → typed values: scontrol, squeue, systemctl is-active, Prometheus' targets.
 
 Pure functions, tested on output recorded from a deployed sandbox (Slurm 22.05,
-Prometheus 2.42). Slurm's key=value lines are split by validate.slurm's parser,
+Prometheus 2.42). Slurm's key=value lines are split by slurm/commands.py's parser,
 which knows that values hold spaces (Reason=) and '=' (CfgTRES=).
 """
 
@@ -11,8 +11,8 @@ import json
 import re
 from dataclasses import dataclass
 
+from gpuclus.slurm.commands import NodeState, gres_gpu_total, parse_gres, parse_key_values, parse_nodes
 from gpuclus.status.model import Job, PartitionInfo, ServiceState, SlurmNode, Target, Usage
-from gpuclus.validate.slurm import NodeState, gres_gpu_total, parse_gres, parse_key_values, parse_nodes
 
 # Each command of a node's script starts with a marker line and ends with one giving its exit status.
 SECTION = "@@gpuclus-status:"

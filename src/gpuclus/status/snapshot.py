@@ -33,7 +33,7 @@ def require_state(spec_path: Path) -> StateDir:
 
 def take(loaded: LoadedSpec, spec_path: Path, state: StateDir) -> ClusterStatus:
     """Ask every node of the spec (in parallel) and judge the answers."""
-    from gpuclus.ssh.preflight import SshAdvice, ssh_hint
+    from gpuclus.preflight.runner import SshAdvice, ssh_hint
 
     spec, topology = loaded.spec, loaded.topology
     assert spec is not None and topology is not None  # a checked spec

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuclus.hints import gpuclus_command
+from gpuclus.slurm.commands import not_deployed
 from gpuclus.ssh.client import CommandResult
 from gpuclus.status import collect
 from gpuclus.status.collect import NodeAnswer
@@ -45,7 +46,6 @@ from gpuclus.status.parse import (
     parse_units,
     skip_reason,
 )
-from gpuclus.validate.slurm import not_deployed
 
 # Job states always present in the counts, 0 included.
 ALWAYS_COUNTED = ("pending", "running")

@@ -8,11 +8,11 @@ from pathlib import Path
 from gpuclus.deploy.last_applied import read_last_applied
 from gpuclus.deploy.phases import Phase
 from gpuclus.errors import UsageError
+from gpuclus.slurm.releases import jump_problem
 from gpuclus.spec.load import LoadedSpec
 from gpuclus.ssh.client import CommandResult
 from gpuclus.state import StateDir
 from gpuclus.upgrade.pins import SLURM, PinChange, changed_pins
-from gpuclus.upgrade.slurm_jump import jump_problem
 
 
 def pin_changes(spec_path: Path, loaded: LoadedSpec, phases: list[Phase]) -> list[PinChange]:

@@ -1,7 +1,7 @@
 """Which pinned versions a deploy would change: the last applied render's group_vars against the new one's.
 
 The render is what the nodes were built from, so comparing two renders says
-what an upgrade moves without asking a node; slurm_jump.py asks the
+what an upgrade moves without asking a node; slurm/releases.py asks the
 controller what Slurm actually runs where that matters.
 """
 

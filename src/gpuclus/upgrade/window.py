@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpuclus.errors import GpuclusError
+from gpuclus.slurm.commands import parse_nodes, srun_command
 from gpuclus.ssh.client import CommandResult
-from gpuclus.validate.slurm import parse_nodes, srun_command
 
 # Every drain and reservation of an upgrade says so: `sinfo -R` shows who and why.
 REASON_PREFIX = "gpuclus-upgrade:"

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuclus.errors import SpecInvalidError, UsageError
-from gpuclus.spec.findings import Severity
 from gpuclus.users.edit import UsersEditError, add_user, mark_removed
 from gpuclus.users.load import load_users_text
 from gpuclus.users.model import ID_MAX, User, UsersFile
+from gpuclus.yamldoc.findings import Severity
 
 # Ids `users add` picks from when none is given: above the common
 # distribution range's first accounts (1000...), so a node's own early users

@@ -12,9 +12,9 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from gpuclus.spec.findings import Finding, Loc, error, warning
 from gpuclus.users.model import UsersFile
 from gpuclus.users.sshkeys import key_problem
+from gpuclus.yamldoc.findings import Finding, Loc, error, warning
 
 # Names the nodes already have (Debian's base-passwd, and the daemons gpuclus
 # installs: Slurm, munge, MariaDB, Prometheus, chrony, NFS, Grafana): a user

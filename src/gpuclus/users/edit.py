@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from gpuclus.spec.edit import last_leaf, line_start
+from gpuclus.yamldoc.textedit import last_leaf, line_start
 
 # A string YAML reads back as itself without quotes (and never as a number, bool or null).
 _PLAIN = re.compile(r"^[A-Za-z_/][A-Za-z0-9_./@:-]*$")

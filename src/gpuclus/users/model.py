@@ -13,7 +13,7 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpuclus.spec.models import ABSOLUTE_PATH, MAX_TIME_PATTERN, USER_PATTERN, NumberText
+from gpuclus.yamldoc.patterns import ABSOLUTE_PATH, MAX_TIME_PATTERN, USER_PATTERN, NumberText
 
 USERS_KIND: Final = "Users"
 

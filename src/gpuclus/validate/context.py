@@ -14,12 +14,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gpuclus.slurm import commands as slurm
+from gpuclus.slurm.remote import TIMED_OUT, Remote
 from gpuclus.spec.models import ClusterSpec, Containers, Role
 from gpuclus.spec.topology import Node, SlurmPartition, Topology, slurm_partitions
 from gpuclus.ssh.client import CommandResult
-from gpuclus.validate import slurm
 from gpuclus.validate.model import NodeResult, Status
-from gpuclus.validate.remote import TIMED_OUT, Remote
 
 
 @dataclass(frozen=True)

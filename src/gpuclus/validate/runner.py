@@ -1,4 +1,4 @@
-"""A validation run: connect to the controller, run the selected checks in order, always clean up.
+"""A validation run: the selected checks in order on the controller's session (slurm/session.py), always clean up.
 
 The run owns one job name; whatever happens (a check crashes, the connection
 drops, Ctrl-C) the ``finally`` cancels every job that still carries it, so
@@ -18,14 +18,14 @@ from typing import Any
 
 from gpuclus.errors import ExitCode, GpuclusError
 from gpuclus.hints import with_spec
+from gpuclus.slurm import commands as slurm
+from gpuclus.slurm.remote import Remote
 from gpuclus.spec.models import ClusterSpec
 from gpuclus.spec.topology import Node, Topology
-from gpuclus.ssh.client import SshFailure, SshTarget, connect, is_auth_failure
-from gpuclus.validate import slurm
+from gpuclus.ssh.client import SshFailure
 from gpuclus.validate.check import Check
 from gpuclus.validate.context import Context, Options
 from gpuclus.validate.model import CheckResult, Level, Outcome, Status
-from gpuclus.validate.remote import Remote
 
 Progress = Callable[[Check, CheckResult | None], None]  # called before (None) and after each check
 
@@ -90,39 +90,6 @@ class Report:
             "failures": self.failures(),
             "nodes": self.per_node(),
         }
-
-
-def connect_controller(spec: ClusterSpec, topology: Topology, key_file: Path, known_hosts: Path) -> Remote:
-    controller = topology.controller
-    assert controller is not None  # a checked spec has one
-    target = SshTarget(controller.address, spec.cluster.admin_user, key_file, known_hosts)
-    try:
-        return Remote(connect(target))
-    except SshFailure as failure:
-        raise SshFailure(
-            f"controller {controller.name} unreachable: {failure.message}",
-            controller_hint(failure.message, spec.cluster.admin_user),
-        ) from None
-
-
-def controller_hint(message: str, admin_user: str) -> str:
-    """What to do when SSH to the controller failed: a login refused is not a host that is down."""
-    if "host key" in message:
-        return "the controller's host key changed: if it was reinstalled, remove its line from .gpuclus/ssh/known_hosts"
-    if is_auth_failure(message):
-        return (
-            f"the controller refused gpuclus' key as {admin_user}: check cluster.admin_user in the spec, and run "
-            "validate from the directory the cluster was deployed from (its .gpuclus/ssh/ holds the key the nodes "
-            "know); `gpuclus preflight` shows it for every node"
-        )
-    return "is it up and is sshd running? `gpuclus preflight` checks every node"
-
-
-def require_slurm(remote: Remote, controller: str, spec_path: Path | None = None) -> None:
-    """Stop before any check when the controller has no Slurm at all: the one thing to say is "deploy first"."""
-    missing = slurm.not_deployed(remote.run("scontrol ping", timeout=30))
-    if missing is not None:
-        raise slurm.SlurmNotDeployed(controller, missing, spec_path)
 
 
 def run_checks(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuclus.validate import slurm
+from gpuclus.slurm import commands as slurm
 from gpuclus.validate.check import Check
 from gpuclus.validate.context import Context
 from gpuclus.validate.model import Level, NodeResult, Outcome, Status

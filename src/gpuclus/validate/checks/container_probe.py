@@ -19,9 +19,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gpuclus.slurm import commands as slurm
+from gpuclus.slurm.remote import TIMED_OUT
 from gpuclus.ssh.client import CommandResult
-from gpuclus.validate import slurm
-from gpuclus.validate.remote import TIMED_OUT
 
 SHELL = "/bin/sh"
 MARKER = "GPUCLUS_CONTAINER"

@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpuclus.slurm import commands as slurm
 from gpuclus.spec.failover import backup_controller
-from gpuclus.validate import slurm
 from gpuclus.validate.check import Check
 from gpuclus.validate.context import Context, ssh_line
 from gpuclus.validate.model import Level, NodeResult, Outcome, Status, skipped

@@ -6,10 +6,10 @@ import re
 import shlex
 import time
 
+from gpuclus.slurm import commands as slurm
 from gpuclus.spec import hostlist
 from gpuclus.spec.topology import Node
 from gpuclus.ssh.client import CommandResult
-from gpuclus.validate import slurm
 from gpuclus.validate.check import Check
 from gpuclus.validate.context import Context
 from gpuclus.validate.model import Level, NodeResult, Outcome, Status, skipped

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 
 from gpuclus.spec import hostlist
 from gpuclus.spec.failover import backup_controller
-from gpuclus.spec.grammar import full_match
 from gpuclus.spec.models import ClusterSpec, Role
 from gpuclus.spec.topology import Node, Topology
+from gpuclus.yamldoc.grammar import full_match
 
 # playbooks/slurm.yml runs on controller:backup_controller:compute:login; munge comes with it.
 SLURM_ROLES = frozenset({Role.CONTROLLER, Role.BACKUP_CONTROLLER, Role.COMPUTE, Role.LOGIN})

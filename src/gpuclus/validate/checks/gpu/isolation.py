@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpuclus.validate import slurm
+from gpuclus.slurm import commands as slurm
 from gpuclus.validate.checks.gpu.hints import DRIVER_HINT, LAUNCH_HINT, join_hints
 from gpuclus.validate.checks.gpu.nvidia_smi import NO_SMI
 from gpuclus.validate.checks.gpu.scope import SHORT_JOB_S, Scope, on_gpu_nodes

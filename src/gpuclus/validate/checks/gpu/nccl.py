@@ -13,9 +13,10 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from gpuclus.slurm import commands as slurm
 from gpuclus.spec.topology import Node
 from gpuclus.ssh.client import CommandResult
-from gpuclus.validate import probes, slurm, thresholds
+from gpuclus.validate import probes, thresholds
 from gpuclus.validate.checks.gpu.hints import join_hints
 from gpuclus.validate.checks.gpu.probe_output import CUDA_HINT, parse_probe_output, probe_error
 from gpuclus.validate.checks.gpu.scope import SHORT_JOB_S, Scope, all_gpus, on_gpu_nodes

@@ -35,9 +35,10 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from gpuclus.slurm import commands as slurm
 from gpuclus.spec.topology import Node
 from gpuclus.ssh.client import CommandResult
-from gpuclus.validate import slurm, thresholds
+from gpuclus.validate import thresholds
 from gpuclus.validate.checks.gpu.driver_state import (
     MISMATCH_TEXT,
     DriverFacts,

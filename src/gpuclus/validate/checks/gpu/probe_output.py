@@ -11,10 +11,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from gpuclus.slurm import commands as slurm
+from gpuclus.slurm.remote import TIMED_OUT
 from gpuclus.ssh.client import CommandResult
-from gpuclus.validate import probes, slurm
+from gpuclus.validate import probes
 from gpuclus.validate.model import Status
-from gpuclus.validate.remote import TIMED_OUT
 
 TORCH_HINT = "install python3-torch or PyTorch with CUDA for the performance probes"
 CUDA_UNAVAILABLE = "PyTorch cannot use the GPUs (torch.cuda.is_available() is false)"

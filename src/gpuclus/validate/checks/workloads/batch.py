@@ -22,11 +22,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
+from gpuclus.slurm import commands as slurm
+from gpuclus.slurm.remote import TIMED_OUT
 from gpuclus.spec.models import ClusterSpec, Role
 from gpuclus.spec.software import SoftwareLayout
 from gpuclus.spec.topology import Node
 from gpuclus.ssh.client import CommandResult
-from gpuclus.validate import slurm
 from gpuclus.validate.checks.workloads.plan import (
     DDP_SBATCH,
     MPI_SBATCH,
@@ -46,7 +47,6 @@ from gpuclus.validate.checks.workloads.results import (
 from gpuclus.validate.checks.workloads.training import outcome, train_hint
 from gpuclus.validate.context import Context
 from gpuclus.validate.model import Outcome, Status
-from gpuclus.validate.remote import TIMED_OUT
 
 RUNS_DIR = ".gpuclus-validate"
 # The templates' `#SBATCH --output=%x-%j.out`: job name and job id, in the working directory.

@@ -14,10 +14,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from gpuclus.slurm import commands as slurm
+from gpuclus.slurm.remote import TIMED_OUT
 from gpuclus.ssh.client import CommandResult
-from gpuclus.validate import slurm
 from gpuclus.validate.model import Status
-from gpuclus.validate.remote import TIMED_OUT
 
 MARKER = "GPUCLUS_RESULT"
 ENV_MARKER = "GPUCLUS_ENV"

@@ -1,4 +1,6 @@
-"""Slurm command lines and parsers for validate: pure functions, tested on recorded output.
+"""Slurm command lines and parsers: pure functions, tested on recorded output.
+
+validate, status, upgrade and nodes read Slurm's answers through these.
 
 Every job validate starts carries one job name (``gpuclus-validate-<id>``):
 that is how the accounting check finds them in sacct and how the clean-up at
@@ -14,8 +16,8 @@ from pathlib import Path
 
 from gpuclus.errors import GpuclusError
 from gpuclus.hints import gpuclus_command
+from gpuclus.slurm.remote import TIMED_OUT
 from gpuclus.ssh.client import CommandResult
-from gpuclus.validate.remote import TIMED_OUT
 
 # Slack between Slurm's own time limit and the `timeout` around srun, so that
 # Slurm normally ends an overdue job and timeout only catches a stuck srun.

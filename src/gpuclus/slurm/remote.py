@@ -1,8 +1,8 @@
-"""The SSH session to the controller that every check runs its commands through.
+"""The SSH session to the controller that validate, status, nodes, users and upgrades run commands through.
 
 One connection from gpuclus.ssh.client (the only module that talks to
 paramiko); commands run as separate channels on it, several at
-once when a check asks for per-node answers. Every command has a deadline
+once when a caller asks for per-node answers. Every command has a deadline
 here (a channel that outlives it is closed and reported as timed out) on top
 of the `timeout` the Slurm helpers wrap around srun.
 """

@@ -1,4 +1,4 @@
-"""Findings: what the loader and the checks report about a spec.
+"""Findings: what the loaders and the checks report about a spec or the users file.
 
 A finding carries a stable code (documented in docs/spec.md), a severity, the
 path of the value it is about, and a hint that says how to fix it. Positions

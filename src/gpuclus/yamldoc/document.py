@@ -1,4 +1,4 @@
-"""Read a spec file into plain data while keeping every value's position.
+"""Read a gpuclus YAML file (the cluster spec, the users file) into plain data, keeping every value's position.
 
 PyYAML's composer gives us nodes with marks; we construct the data from the
 same node tree and record, for each path, where its key and value start. That
@@ -11,15 +11,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
 from gpuclus.fileio import FileTooLargeError, NotRegularFileError, read_regular_file
-from gpuclus.spec.findings import Finding, Loc, error
+from gpuclus.yamldoc.findings import Finding, Loc, error
 
 # A real spec is a few kilobytes even for a thousand nodes written out one per
 # entry; anything far bigger is the wrong file, and we refuse before parsing.
+# The apiVersion every gpuclus file carries (the cluster spec and the users file).
+API_VERSION: Final = "gpuclus/v1"
 MAX_SPEC_BYTES = 2 * 1024 * 1024
 _MIB_LIMIT = MAX_SPEC_BYTES // (1024 * 1024)
 

@@ -13,8 +13,8 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import ErrorDetails
 
-from gpuclus.spec.findings import Finding, Loc, error
-from gpuclus.spec.models import PATTERN_RULES
+from gpuclus.yamldoc.findings import Finding, Loc, error
+from gpuclus.yamldoc.patterns import PATTERN_RULES
 
 _TYPE_WORDS = {
     "int_type": "a whole number",
