@@ -119,6 +119,21 @@ def test_flags_write_a_valid_commented_spec(tmp_path: Path) -> None:
         assert above.startswith("#"), f"{section} has no comment above it"
 
 
+@pytest.mark.parametrize(("model", "branch", "cuda"), [("b200", "570", "12.8"), ("h100", "550", "12.4")])
+def test_gpu_model_gets_a_driver_and_cuda_that_drive_it(tmp_path: Path, model: str, branch: str, cuda: str) -> None:
+    # The defaults (550, 12.4) are too old for Blackwell: init raises them to the GPU catalogue's minimums, so
+    # the spec it writes passes `spec check` (which refuses 550/12.4 for a b200); newer GPUs keep the defaults.
+    output = tmp_path / "cluster.yaml"
+    flags = [*CLUSTER_FLAGS[:-1], model]
+    code, _, stderr = invoke([*flags, "-o", str(output)])
+    assert code == 0, stderr
+    spec = loaded(output)
+    assert spec.spec is not None
+    assert (spec.spec.nvidia.driver.branch, spec.spec.nvidia.cuda.version) == (branch, cuda)
+    result = runner.invoke(app, ["spec", "check", str(output)])
+    assert result.exit_code == 0, result.output
+
+
 def test_containers_hints_turn_them_on_cleanly(tmp_path: Path) -> None:
     output = tmp_path / "cluster.yaml"
     code, _, stderr = invoke([*CLUSTER_FLAGS, "-o", str(output)])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpuclus.gpu_catalog import cuda_key, kind_for_model
 from gpuclus.initspec.draft import SpecDraft
 from gpuclus.spec.models import Containers, Monitoring, Network, Nvidia, PyTorch, Slurm
 from gpuclus.spec.topology import DEFAULT_PARTITION
@@ -17,6 +18,7 @@ def render_spec(draft: SpecDraft) -> str:
     network = Network()
     containers = Containers()
     monitoring = Monitoring()
+    driver_branch, cuda_version = nvidia_versions(draft.gpu_model, nvidia.driver.branch, nvidia.cuda.version)
     nodes = [
         {
             "name": node.name,
@@ -38,8 +40,8 @@ def render_spec(draft: SpecDraft) -> str:
         home_exported="/home" in draft.exports,
         partition=DEFAULT_PARTITION,
         accounting=Slurm().accounting,
-        driver_branch=nvidia.driver.branch,
-        cuda_version=nvidia.cuda.version,
+        driver_branch=driver_branch,
+        cuda_version=cuda_version,
         enroot=containers.enroot,
         pyxis=containers.pyxis,
         enroot_version=containers.enroot_version,
@@ -52,3 +54,19 @@ def render_spec(draft: SpecDraft) -> str:
         link_gbps=network.link_gbps,
         nics_per_node=network.nics_per_node,
     )
+
+
+def nvidia_versions(gpu_model: str | None, branch: str, cuda: str) -> tuple[str, str]:
+    """The driver branch and CUDA version to write: the defaults, raised to what the GPU model needs.
+
+    The minimums are the GPU catalogue's, the same ones `spec check` holds a spec to (a b200 needs 570 and
+    12.8, newer than the defaults), so the spec init writes passes its own check.
+    """
+    kind = kind_for_model(gpu_model) if gpu_model else None
+    if kind is None:
+        return branch, cuda
+    if int(branch) < kind.min_driver_branch:
+        branch = str(kind.min_driver_branch)
+    if cuda_key(cuda) < cuda_key(kind.min_cuda):
+        cuda = kind.min_cuda
+    return branch, cuda

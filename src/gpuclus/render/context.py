@@ -331,6 +331,7 @@ def _nvidia_vars(spec: ClusterSpec, topology: Topology) -> dict[str, Any]:
         "gpuclus_nvidia_fabric_manager": nvidia.fabric_manager,
         "gpuclus_nvidia_dcgm": nvidia.dcgm,
         "gpuclus_nvidia_gpu_generations": {node.name: gpu_generation(node) for node in topology.real_gpu_nodes},
+        "gpuclus_nvidia_min_driver_branches": {node.name: min_driver_branch(node) for node in topology.real_gpu_nodes},
         "gpuclus_cuda_install": nvidia.cuda.install,
         "gpuclus_cuda_version": nvidia.cuda.version,
         "gpuclus_cuda_source": nvidia.cuda.source,
@@ -415,6 +416,17 @@ def gpu_generation(node: Node) -> str:
     if kind.open_required and kind.generation == "hopper":
         return "grace"
     return kind.generation
+
+
+def min_driver_branch(node: Node) -> int:
+    """The oldest driver branch that drives the node's GPUs (the catalogue's; 0 for a model it does not know).
+
+    The nvidia_driver role refuses an older branch with this number, so the minimums are written once, in the
+    catalogue, for spec check and the role alike.
+    """
+    model = node.gpus.model if node.gpus else None
+    kind = kind_for_model(model) if model else None
+    return kind.min_driver_branch if kind is not None else 0
 
 
 def _has_control_characters(text: str) -> bool:

@@ -1014,6 +1014,57 @@ def cuda_without_driver(view: SpecView) -> list[Finding]:
     ]
 
 
+@_check(NODES, ("nvidia",))
+def nvidia_versions_for_gpus(view: SpecView) -> list[Finding]:
+    """The driver branch and CUDA version are no older than the nodes' GPUs need (the GPU catalogue's minimums).
+
+    Only for the nodes the NVIDIA phase installs (real GPUs whose gpus.model the catalogue knows), and only
+    for what it installs: a driver that install: false leaves alone is the admin's.
+    """
+    from gpuclus.gpu_catalog import (
+        GpuKind,
+        cuda_key,
+        kind_for_model,
+    )  # its table is read only when a node names a model
+
+    kinds: dict[str, tuple[GpuKind, list[str]]] = {}
+    for node in view.topology.real_gpu_nodes:
+        kind = kind_for_model(node.gpus.model) if node.gpus is not None and node.gpus.model else None
+        if kind is not None and kind.model is not None:
+            kinds.setdefault(kind.model, (kind, []))[1].append(node.name)
+    if not kinds:
+        return []
+    nvidia = view.spec.nvidia
+    findings: list[Finding] = []
+    if nvidia.driver.install:
+        branch = int(nvidia.driver.branch)
+        kind, names = max(kinds.values(), key=lambda item: item[0].min_driver_branch)
+        if branch < kind.min_driver_branch:
+            findings.append(
+                error(
+                    "nvidia-driver-too-old",
+                    f"driver branch {nvidia.driver.branch} does not drive {kind.model} GPUs "
+                    f"({kind.generation}, on {hostlist.compress(names)}): they need branch "
+                    f"{kind.min_driver_branch} or newer",
+                    ("nvidia", "driver", "branch"),
+                    hint=f'set nvidia.driver.branch: "{kind.min_driver_branch}" or newer',
+                )
+            )
+    if nvidia.cuda.install:
+        kind, names = max(kinds.values(), key=lambda item: cuda_key(item[0].min_cuda))
+        if cuda_key(nvidia.cuda.version) < cuda_key(kind.min_cuda):
+            findings.append(
+                error(
+                    "cuda-too-old",
+                    f"CUDA {nvidia.cuda.version} cannot build for {kind.model} GPUs "
+                    f"({kind.generation}, on {hostlist.compress(names)}): they need CUDA {kind.min_cuda} or newer",
+                    ("nvidia", "cuda", "version"),
+                    hint=f'set nvidia.cuda.version: "{kind.min_cuda}" or newer',
+                )
+            )
+    return findings
+
+
 @_check(NODES)
 def login_node(view: SpecView) -> list[Finding]:
     controller = view.topology.controller
@@ -1301,6 +1352,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "no-gpu-nodes": (Severity.INFO, "no node declares GPUs"),
     "fake-gpus-with-driver": (Severity.WARNING, "driver install on nodes with fake GPUs"),
     "cuda-without-driver": (Severity.INFO, "CUDA installed without the driver"),
+    "nvidia-driver-too-old": (Severity.ERROR, "a driver branch older than the nodes' GPUs need"),
+    "cuda-too-old": (Severity.ERROR, "a CUDA version older than the nodes' GPUs need"),
     "no-login-node": (Severity.INFO, "no login node; the controller serves as one"),
     "users-file-missing": (Severity.ERROR, "users.file cannot be read"),
     "users-file-invalid": (Severity.ERROR, "users.file has errors"),
