@@ -949,21 +949,42 @@ def credentials_file(view: SpecView) -> list[Finding]:
 MAX_CREDENTIAL_PROBLEMS = 10
 
 
-@_check(*_containers("enroot", "pyxis", "artifacts_dir", "checksums", "allow_unverified_downloads"))
+@_check(
+    *_containers(
+        "enroot", "pyxis", "enroot_version", "pyxis_version", "artifacts_dir", "checksums", "allow_unverified_downloads"
+    )
+)
 def downloads_unverified(view: SpecView) -> list[Finding]:
+    """A download without a checksum: neither the spec's checksums nor gpuclus' own table has one for it.
+
+    Enroot counts as checked with a checksum for any of its release packages of the version (which one a
+    node downloads depends on its architecture, unknown here; the role refuses the others at deploy time).
+    """
+    from gpuclus.release_checksums import enroot_downloads, known_checksums, pyxis_download
+
     containers = view.spec.containers
     if not (containers.enroot or containers.pyxis):
         return []
-    if containers.artifacts_dir is not None or containers.checksums or containers.allow_unverified_downloads:
+    if containers.artifacts_dir is not None or containers.allow_unverified_downloads:
         return []
+    have = set(containers.checksums) | set(known_checksums(containers.enroot_version, containers.pyxis_version))
+    missing: list[str] = []
+    if containers.enroot and not have & set(enroot_downloads(containers.enroot_version)):
+        missing.append(f"Enroot {containers.enroot_version}")
+    if containers.pyxis and pyxis_download(containers.pyxis_version) not in have:
+        missing.append(f"Pyxis {containers.pyxis_version}")
+    if not missing:
+        return []
+    files = [f"enroot_{containers.enroot_version}-1_amd64.deb"] if containers.enroot else []
+    files += [pyxis_download(containers.pyxis_version)] if containers.pyxis else []
     return [
         error(
             "downloads-unverified",
-            "containers: without artifacts_dir, each node downloads Enroot and Pyxis from GitHub, "
-            "and no checksum is given",
+            f"containers: without artifacts_dir, each node downloads {' and '.join(missing)} from GitHub, "
+            "and gpuclus knows no checksum for that version",
             ("containers",),
-            hint="set containers.artifacts_dir (offline), add containers.checksums, or "
-            "containers.allow_unverified_downloads: true",
+            hint=f"add containers.checksums ({', '.join(f'{name}: <sha256>' for name in files)}), "
+            "set containers.artifacts_dir (offline), or containers.allow_unverified_downloads: true",
         )
     ]
 
@@ -1336,7 +1357,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "credentials-file-missing": (Severity.ERROR, "containers.credentials_file cannot be read"),
     "credentials-file-open": (Severity.ERROR, "containers.credentials_file is readable by other users"),
     "credentials-file-grammar": (Severity.ERROR, "a line of containers.credentials_file Enroot cannot read"),
-    "downloads-unverified": (Severity.ERROR, "Enroot and Pyxis downloaded without checksums"),
+    "downloads-unverified": (Severity.ERROR, "Enroot or Pyxis downloaded without a checksum gpuclus knows"),
     "grafana-package-missing": (Severity.ERROR, "monitoring.grafana_package is not a file"),
     "dcgm-exporter-package-missing": (Severity.ERROR, "monitoring.dcgm_exporter_package is not a file"),
     "monitoring-setting-unused": (Severity.WARNING, "a monitoring setting that has no effect"),
