@@ -60,6 +60,12 @@ def known_checksums(enroot_version: str, pyxis_version: str) -> dict[str, str]:
     }
 
 
+def covers_downloads(enroot_version: str, pyxis_version: str) -> bool:
+    """Does the table hold what a node downloads for these versions (an Enroot package and Pyxis' source)?"""
+    known = known_checksums(enroot_version, pyxis_version)
+    return bool(set(known) & set(enroot_downloads(enroot_version))) and pyxis_download(pyxis_version) in known
+
+
 @cache
 def _table() -> dict[str, KnownFile]:
     import yaml  # only when a spec turns containers on

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuclus.gpu_catalog import cuda_key, kind_for_model
 from gpuclus.initspec.draft import SpecDraft
+from gpuclus.release_checksums import covers_downloads
 from gpuclus.spec.models import Containers, Monitoring, Network, Nvidia, PyTorch, Slurm
 from gpuclus.spec.topology import DEFAULT_PARTITION
 from gpuclus.templating import render_template
@@ -12,7 +13,12 @@ TEMPLATE = "init/cluster.yaml.j2"
 
 
 def render_spec(draft: SpecDraft) -> str:
-    """The spec text; the same draft always gives the same bytes."""
+    """The spec text; the same draft always gives the same bytes.
+
+    Containers (Enroot and Pyxis) are on when gpuclus knows the checksums of what the nodes download for the
+    pinned versions, so the spec passes `spec check` without more input; off, with a comment naming what
+    turns them on, otherwise. Grafana is on.
+    """
     # Defaults come from the models so that init and the loader never disagree.
     nvidia = Nvidia()
     network = Network()
@@ -42,13 +48,14 @@ def render_spec(draft: SpecDraft) -> str:
         accounting=Slurm().accounting,
         driver_branch=driver_branch,
         cuda_version=cuda_version,
-        enroot=containers.enroot,
-        pyxis=containers.pyxis,
+        containers_on=covers_downloads(containers.enroot_version, containers.pyxis_version),
         enroot_version=containers.enroot_version,
         pyxis_version=containers.pyxis_version,
         validate_image=containers.validate_image,
         prometheus=monitoring.prometheus,
-        grafana=monitoring.grafana,
+        # On: the dashboards are what users look at; nodes that cannot reach Grafana's repository take
+        # grafana_package instead (the spec's comments say so, and how to turn it off).
+        grafana=True,
         pytorch_version=PyTorch().version,
         fabric=network.fabric.value,
         link_gbps=network.link_gbps,
