@@ -20,6 +20,24 @@ class ExitCode(enum.IntEnum):
     INTERRUPTED = 130  # Ctrl-C
 
 
+# What each exit code means, in the words the help's epilog shows; one entry per ExitCode (a unit test holds
+# the two together), so the help cannot leave out a code the commands return.
+EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
+    ExitCode.OK: "ok",
+    ExitCode.FAILED: "failed",
+    ExitCode.USAGE: "usage",
+    ExitCode.SPEC_INVALID: "spec invalid",
+    ExitCode.UNREACHABLE: "hosts unreachable",
+    ExitCode.REBOOT_NEEDED: "reboot pending",
+    ExitCode.INTERRUPTED: "interrupted",
+}
+
+
+def exit_codes_text() -> str:
+    """'0 ok, 1 failed, ..., 130 interrupted': every exit code and its meaning, in order."""
+    return ", ".join(f"{int(code)} {EXIT_CODE_MEANINGS[code]}" for code in sorted(ExitCode))
+
+
 class GpuclusError(Exception):
     exit_code: ExitCode = ExitCode.FAILED
 

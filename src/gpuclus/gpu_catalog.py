@@ -1,4 +1,4 @@
-"""Which NVIDIA GPU a PCI device id is: model, architecture and the kernel modules it wants.
+"""Which NVIDIA GPU a PCI device id is: model, architecture, the kernel modules it wants, the oldest driver and CUDA.
 
 The table is data (gpuclus/data/nvidia_gpus.yml) so the nvidia role can get the
 same one through render. It is read on the first lookup, not at import, so
@@ -32,6 +32,8 @@ class GpuKind:
     module_flavour: str  # "open", "proprietary", or "unknown"
     open_required: bool = False  # the proprietary modules do not support it (Blackwell, Grace)
     name: str = ""
+    min_driver_branch: int = 0  # the oldest driver branch that knows it (0: unknown GPU, no floor)
+    min_cuda: str = "0.0"  # the oldest CUDA toolkit (major.minor) that compiles for it
 
     @property
     def known(self) -> bool:
@@ -90,6 +92,12 @@ def kind_for_model(spec_model: str) -> GpuKind | None:
     return None
 
 
+def cuda_key(version: str) -> tuple[int, int]:
+    """'12.10' as (12, 10), so versions compare as numbers ('12.10' is newer than '12.9')."""
+    major, _, minor = version.partition(".")
+    return int(major), int(minor or 0)
+
+
 def _strip_prefix(word: str) -> str:
     for noise in sorted(_NOISE, key=len, reverse=True):
         if word.startswith(noise) and len(word) > len(noise):
@@ -119,6 +127,7 @@ def parse_catalog(data: Any) -> dict[str, GpuKind]:
             raise CatalogError(f"GPU catalogue: unknown generation {generation!r}")
         if traits.get("module_flavour") not in FLAVOURS or not isinstance(traits.get("open_required"), bool):
             raise CatalogError(f"GPU catalogue: generation {generation!r} needs module_flavour and open_required")
+        _check_minimums(f"generation {generation!r}", traits, required=True)
     devices = data.get("devices")
     if not isinstance(devices, dict):
         raise CatalogError("the GPU catalogue needs a 'devices' mapping")
@@ -131,6 +140,7 @@ def parse_catalog(data: Any) -> dict[str, GpuKind]:
         model = entry.get("model")
         if not isinstance(model, str) or not re.fullmatch(r"[a-z0-9][a-z0-9-]*", model):
             raise CatalogError(f"GPU catalogue: device {key} needs a lower-case model name")
+        _check_minimums(f"device {key}", entry, required=False)
         traits = generations[entry["generation"]]
         open_required = entry.get("open_required", traits["open_required"])
         kinds[key] = GpuKind(
@@ -140,5 +150,17 @@ def parse_catalog(data: Any) -> dict[str, GpuKind]:
             "open" if open_required else traits["module_flavour"],
             bool(open_required),
             str(entry.get("name", "")),
+            int(entry.get("min_driver_branch", traits["min_driver_branch"])),
+            str(entry.get("min_cuda", traits["min_cuda"])),
         )
     return kinds
+
+
+def _check_minimums(what: str, entry: dict[str, Any], *, required: bool) -> None:
+    # A branch is three digits and a CUDA version major.minor in quotes, as the spec writes them.
+    branch = entry.get("min_driver_branch")
+    cuda = entry.get("min_cuda")
+    if (branch is not None or required) and not (isinstance(branch, int) and 100 <= branch <= 999):
+        raise CatalogError(f"GPU catalogue: {what} needs min_driver_branch, a three-digit driver branch")
+    if (cuda is not None or required) and not (isinstance(cuda, str) and re.fullmatch(r"[0-9]+\.[0-9]+", cuda)):
+        raise CatalogError(f'GPU catalogue: {what} needs min_cuda, a CUDA version like "12.8" in quotes')

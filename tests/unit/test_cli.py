@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,10 @@ from typer.testing import CliRunner
 
 from gpuclus.cli import main as cli_main
 from gpuclus.cli.main import app, main
+from gpuclus.errors import EXIT_CODE_MEANINGS, ExitCode
 
 runner = CliRunner()
+SRC = Path(__file__).resolve().parents[2] / "src" / "gpuclus"
 
 VALID = """\
 apiVersion: gpuclus/v1
@@ -81,6 +84,20 @@ def test_help_exits_zero_and_documents_exit_codes(args: list[str]) -> None:
     assert "Usage" in result.output
     if args[0] in {"--help", "-h", "init", "render"}:
         assert "3 spec invalid" in result.output.replace("\n", " ").replace("  ", " ")
+
+
+def test_help_lists_every_exit_code_the_commands_return() -> None:
+    # The epilog is built from errors.EXIT_CODE_MEANINGS; read it back from the help as a user sees it, and
+    # compare with the ExitCode values the code returns (5, reboot pending, was once left out).
+    result = runner.invoke(app, ["--help"], terminal_width=400)
+    text = " ".join(result.output.replace("│", " ").split())
+    listed = text.split("Exit codes: ", 1)[1].split(".", 1)[0]
+    shown = {int(number): meaning for number, meaning in (item.split(" ", 1) for item in listed.split(", "))}
+    assert shown == {int(code): EXIT_CODE_MEANINGS[code] for code in ExitCode}
+    assert shown[5] == "reboot pending"
+    used = set(re.findall(r"ExitCode\.([A-Z_]+)", "".join(p.read_text() for p in SRC.rglob("*.py"))))
+    assert used <= {code.name for code in ExitCode}
+    assert {int(ExitCode[name]) for name in used} <= set(shown)
 
 
 def test_version() -> None:

@@ -259,11 +259,20 @@ def test_downloads_without_checksums_are_refused(tmp_path: Path, body: str) -> N
     assert "allow_unverified_downloads" in (finding.hint or "")
 
 
+def test_a_download_without_its_own_checksum_is_refused_by_name(tmp_path: Path) -> None:
+    # Enroot's checksum does not vouch for Pyxis: the pyxis role would refuse its download at deploy time.
+    [finding] = container_findings(load(tmp_path, ON + f"  checksums: {{enroot_4.1.2-1_amd64.deb: {SHA}}}\n"))
+    assert finding.code == "downloads-unverified"
+    assert "Pyxis 0.24.0" in finding.message and "Enroot" not in finding.message
+    assert "pyxis-0.24.0-src.tar.gz: <sha256>" in (finding.hint or "")
+
+
 @pytest.mark.parametrize(
     "body",
     [
         ON + "  allow_unverified_downloads: true\n",
-        ON + f"  checksums: {{enroot_4.1.2-1_amd64.deb: {SHA}}}\n",
+        ON + f"  checksums: {{enroot_4.1.2-1_amd64.deb: {SHA}, pyxis-0.24.0-src.tar.gz: {SHA}}}\n",
+        f"  enroot: true\n  checksums: {{enroot_4.1.2-1_arm64.deb: {SHA}}}\n",
         "  enroot: false\n  pyxis: false\n",
         "  allow_unverified_downloads: false\n",  # off by default: nothing to download
     ],

@@ -13,13 +13,14 @@ from gpuclus import gpu_catalog
 from gpuclus.gpu_catalog import (
     CatalogError,
     GpuKind,
+    cuda_key,
     kind_for_model,
     lookup,
     model_matches,
     normalise_id,
     parse_catalog,
 )
-from gpuclus.render.context import gpu_generation
+from gpuclus.render.context import gpu_generation, min_driver_branch
 from gpuclus.spec.models import Gpus
 
 
@@ -110,7 +111,10 @@ def test_every_entry_of_the_shipped_catalogue_is_well_formed() -> None:
         assert kind.name
 
 
-VOLTA = {"volta": {"module_flavour": "proprietary", "open_required": False}}
+VOLTA = {
+    "volta": {"module_flavour": "proprietary", "open_required": False, "min_driver_branch": 384, "min_cuda": "9.0"}
+}
+V100 = {"model": "v100", "generation": "volta"}
 
 
 @pytest.mark.parametrize(
@@ -121,6 +125,11 @@ VOLTA = {"volta": {"module_flavour": "proprietary", "open_required": False}}
         ({"generations": {"volta": {"module_flavour": "closed", "open_required": False}}, "devices": {}}, "volta"),
         ({"generations": VOLTA, "devices": {9008: {}}}, "9008"),
         ({"generations": VOLTA, "devices": {"1db1": {"model": "v100", "generation": "hopper"}}}, "1db1"),
+        # The minimums: required per generation, optional per device, always a branch and a quoted version.
+        ({"generations": {"volta": {**VOLTA["volta"], "min_driver_branch": None}}, "devices": {}}, "min_driver_branch"),
+        ({"generations": {"volta": {**VOLTA["volta"], "min_cuda": 9.0}}, "devices": {}}, "min_cuda"),
+        ({"generations": VOLTA, "devices": {"1db1": {**V100, "min_driver_branch": "535"}}}, "device 1db1"),
+        ({"generations": VOLTA, "devices": {"1db1": {**V100, "min_cuda": "12"}}}, "device 1db1"),
     ],
 )
 def test_a_malformed_catalogue_is_refused(data: Any, words: str) -> None:
@@ -160,3 +169,37 @@ def test_an_unknown_spec_model_names_nothing() -> None:
 def test_render_hands_the_role_a_generation(gpus: dict[str, object], generation: str) -> None:
     node = SimpleNamespace(gpus=Gpus.model_validate(gpus))
     assert gpu_generation(node) == generation
+
+
+@pytest.mark.parametrize(
+    ("model", "branch", "cuda"),
+    [
+        ("b200", 570, "12.8"),  # Blackwell: newer than the spec's defaults (550, 12.4)
+        ("rtx5090", 570, "12.8"),
+        ("h100", 525, "11.8"),
+        ("gh200", 535, "11.8"),  # Grace Hopper: the device's own floor over Hopper's
+        ("a100", 450, "11.0"),
+        ("v100", 384, "9.0"),
+    ],
+)
+def test_a_model_names_the_oldest_driver_and_cuda_it_runs_with(model: str, branch: int, cuda: str) -> None:
+    kind = kind_for_model(model)
+    assert kind is not None
+    assert (kind.min_driver_branch, kind.min_cuda) == (branch, cuda)
+
+
+def test_unknown_gpus_have_no_floor() -> None:
+    assert (lookup("1234").min_driver_branch, lookup("1234").min_cuda) == (0, "0.0")
+
+
+def test_cuda_versions_compare_as_numbers() -> None:
+    assert cuda_key("12.10") > cuda_key("12.8") > cuda_key("11.8")
+
+
+@pytest.mark.parametrize(
+    ("gpus", "branch"),
+    [({"count": 8, "model": "b200"}, 570), ({"count": 1, "model": "gh200"}, 535), ({"count": 2}, 0)],
+)
+def test_render_hands_the_role_the_catalogues_minimum_branch(gpus: dict[str, object], branch: int) -> None:
+    node = SimpleNamespace(gpus=Gpus.model_validate(gpus))
+    assert min_driver_branch(node) == branch

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from gpuclus import release_checksums
 from gpuclus.cli.main import app
 from gpuclus.errors import UsageError
 from gpuclus.initspec import (
@@ -25,6 +26,7 @@ from gpuclus.initspec import (
     run_wizard,
 )
 from gpuclus.initspec.wizard import MAX_ATTEMPTS
+from gpuclus.release_checksums import parse_table
 from gpuclus.spec.load import LoadedSpec, load_spec, load_spec_text
 from gpuclus.spec.models import Role
 
@@ -93,9 +95,10 @@ def test_flags_write_a_valid_commented_spec(tmp_path: Path) -> None:
     assert spec.spec.slurm.accounting is True
     assert (spec.spec.nvidia.driver.install, spec.spec.nvidia.driver.branch) == (True, "550")
     assert (spec.spec.nvidia.cuda.install, spec.spec.nvidia.cuda.version) == (True, "12.4")
-    # Off, as the model's defaults: on, they need a source the admin names.
+    # Off while gpuclus knows no checksums for the pinned downloads (test_containers_on_once_their_downloads_are_known).
     assert not spec.spec.containers.enroot and not spec.spec.containers.pyxis
-    assert spec.spec.monitoring.prometheus and not spec.spec.monitoring.grafana
+    # Grafana on: the dashboards are part of the cluster users came for.
+    assert spec.spec.monitoring.prometheus and spec.spec.monitoring.grafana
     assert (spec.spec.network.fabric.value, spec.spec.network.link_gbps) == ("ethernet", 10)
     assert [finding.code for finding in spec.findings] == []
 
@@ -117,6 +120,52 @@ def test_flags_write_a_valid_commented_spec(tmp_path: Path) -> None:
     ):
         above = lines[lines.index(section) - 1]
         assert above.startswith("#"), f"{section} has no comment above it"
+
+
+@pytest.mark.parametrize(("model", "branch", "cuda"), [("b200", "570", "12.8"), ("h100", "550", "12.4")])
+def test_gpu_model_gets_a_driver_and_cuda_that_drive_it(tmp_path: Path, model: str, branch: str, cuda: str) -> None:
+    # The defaults (550, 12.4) are too old for Blackwell: init raises them to the GPU catalogue's minimums, so
+    # the spec it writes passes `spec check` (which refuses 550/12.4 for a b200); newer GPUs keep the defaults.
+    output = tmp_path / "cluster.yaml"
+    flags = [*CLUSTER_FLAGS[:-1], model]
+    code, _, stderr = invoke([*flags, "-o", str(output)])
+    assert code == 0, stderr
+    spec = loaded(output)
+    assert spec.spec is not None
+    assert (spec.spec.nvidia.driver.branch, spec.spec.nvidia.cuda.version) == (branch, cuda)
+    result = runner.invoke(app, ["spec", "check", str(output)])
+    assert result.exit_code == 0, result.output
+
+
+def test_grafana_is_on_and_the_comments_say_how_to_turn_it_off(tmp_path: Path) -> None:
+    output = tmp_path / "cluster.yaml"
+    code, _, stderr = invoke([*CLUSTER_FLAGS, "-o", str(output)])
+    assert code == 0, stderr
+    text = output.read_text()
+    assert "  grafana: true\n" in text
+    assert "To turn Grafana off: grafana: false." in text and "grafana_package:" in text
+    off = text.replace("  grafana: true\n", "  grafana: false\n")
+    spec = load_spec_text(off, str(output))
+    assert spec.ok and spec.findings == [] and spec.spec is not None and not spec.spec.monitoring.grafana
+
+
+def test_containers_on_once_their_downloads_are_known(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # With the checksums of the pinned versions' downloads in gpuclus' table, init turns Enroot and Pyxis on
+    # and the spec passes `spec check` with no more input; the comments say how to turn them off.
+    sha = "0123456789abcdef" * 4
+    entry = {"sha256": sha, "url": "https://example.org/f", "source": "test"}
+    table = parse_table({"downloads": {"enroot_4.1.2-1_amd64.deb": entry, "pyxis-0.24.0-src.tar.gz": entry}})
+    monkeypatch.setattr(release_checksums, "_table", lambda: table)
+    output = tmp_path / "cluster.yaml"
+    code, _, stderr = invoke([*CLUSTER_FLAGS, "-o", str(output)])
+    assert code == 0, stderr
+    spec = loaded(output)
+    assert spec.spec is not None and spec.spec.containers.enroot and spec.spec.containers.pyxis
+    assert spec.findings == []
+    text = output.read_text()
+    assert "To turn them off: enroot: false and pyxis: false." in text
+    off = text.replace("  enroot: true\n  pyxis: true\n", "  enroot: false\n  pyxis: false\n")
+    assert load_spec_text(off, str(output)).findings == []
 
 
 def test_containers_hints_turn_them_on_cleanly(tmp_path: Path) -> None:

@@ -20,6 +20,8 @@ import yaml
 from ansible.template import Templar, trust_as_template
 from role_templates import ROLES, first_found_vars_file, first_refusal, role_templar
 
+from gpuclus.gpu_catalog import kind_for_model
+
 ROLE = "nvidia_driver"
 
 # Facts as `ansible -m setup` reports them on each OS (kernel: a stock one).
@@ -501,7 +503,24 @@ def test_open_modules_on_volta_are_refused() -> None:
 
 
 def test_a_branch_too_old_for_the_gpus_is_refused() -> None:
-    messages = refusals("ubuntu22", nvidia_driver_gpu_generation="blackwell", nvidia_driver_branch="550")
+    # The floor comes from gpuclus' GPU catalogue through render (the role holds no table of its own).
+    kind = kind_for_model("b200")
+    assert kind is not None and kind.min_driver_branch == 570
+    messages = refusals(
+        "ubuntu22",
+        nvidia_driver_gpu_generation="blackwell",
+        nvidia_driver_branch="550",
+        nvidia_driver_min_branch=kind.min_driver_branch,
+    )
+    assert (
+        refusals(
+            "ubuntu22",
+            nvidia_driver_gpu_generation="blackwell",
+            nvidia_driver_branch="570",
+            nvidia_driver_min_branch=570,
+        )
+        == []
+    )
     assert messages == [
         "gpu01 has blackwell GPUs, which driver branch 550 does not know: "
         "they need branch 570 or newer (nvidia_driver_branch)."
@@ -526,6 +545,7 @@ def test_branches_named_without_their_branch_are_refused() -> None:
         ("nvidia_driver_source", "ppa"),
         ("nvidia_driver_kernel_modules", "nouveau"),
         ("nvidia_driver_gpu_generation", "kepler"),
+        ("nvidia_driver_min_branch", "570a"),
         ("nvidia_driver_module_loadable", "maybe"),
     ],
 )

@@ -32,13 +32,10 @@ from gpuclus.cli import spec as spec_cli
 from gpuclus.cli import status as status_cli
 from gpuclus.cli import users as users_cli
 from gpuclus.cli import validate as validate_cli
-from gpuclus.errors import ExitCode, GpuclusError
+from gpuclus.errors import ExitCode, GpuclusError, exit_codes_text
 from gpuclus.output import Output
 
-EPILOG = (
-    "Exit codes: 0 ok, 1 failed, 2 usage, 3 spec invalid, 4 hosts unreachable, 130 interrupted. "
-    "Set GPUCLUS_DEBUG=1 to see tracebacks."
-)
+EPILOG = f"Exit codes: {exit_codes_text()}. Set GPUCLUS_DEBUG=1 to see tracebacks."
 
 app = typer.Typer(
     name="gpuclus",

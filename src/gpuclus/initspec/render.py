@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from gpuclus.gpu_catalog import cuda_key, kind_for_model
 from gpuclus.initspec.draft import SpecDraft
+from gpuclus.release_checksums import covers_downloads
 from gpuclus.spec.models import Containers, Monitoring, Network, Nvidia, PyTorch, Slurm
 from gpuclus.spec.topology import DEFAULT_PARTITION
 from gpuclus.templating import render_template
@@ -11,12 +13,18 @@ TEMPLATE = "init/cluster.yaml.j2"
 
 
 def render_spec(draft: SpecDraft) -> str:
-    """The spec text; the same draft always gives the same bytes."""
+    """The spec text; the same draft always gives the same bytes.
+
+    Containers (Enroot and Pyxis) are on when gpuclus knows the checksums of what the nodes download for the
+    pinned versions, so the spec passes `spec check` without more input; off, with a comment naming what
+    turns them on, otherwise. Grafana is on.
+    """
     # Defaults come from the models so that init and the loader never disagree.
     nvidia = Nvidia()
     network = Network()
     containers = Containers()
     monitoring = Monitoring()
+    driver_branch, cuda_version = nvidia_versions(draft.gpu_model, nvidia.driver.branch, nvidia.cuda.version)
     nodes = [
         {
             "name": node.name,
@@ -38,17 +46,34 @@ def render_spec(draft: SpecDraft) -> str:
         home_exported="/home" in draft.exports,
         partition=DEFAULT_PARTITION,
         accounting=Slurm().accounting,
-        driver_branch=nvidia.driver.branch,
-        cuda_version=nvidia.cuda.version,
-        enroot=containers.enroot,
-        pyxis=containers.pyxis,
+        driver_branch=driver_branch,
+        cuda_version=cuda_version,
+        containers_on=covers_downloads(containers.enroot_version, containers.pyxis_version),
         enroot_version=containers.enroot_version,
         pyxis_version=containers.pyxis_version,
         validate_image=containers.validate_image,
         prometheus=monitoring.prometheus,
-        grafana=monitoring.grafana,
+        # On: the dashboards are what users look at; nodes that cannot reach Grafana's repository take
+        # grafana_package instead (the spec's comments say so, and how to turn it off).
+        grafana=True,
         pytorch_version=PyTorch().version,
         fabric=network.fabric.value,
         link_gbps=network.link_gbps,
         nics_per_node=network.nics_per_node,
     )
+
+
+def nvidia_versions(gpu_model: str | None, branch: str, cuda: str) -> tuple[str, str]:
+    """The driver branch and CUDA version to write: the defaults, raised to what the GPU model needs.
+
+    The minimums are the GPU catalogue's, the same ones `spec check` holds a spec to (a b200 needs 570 and
+    12.8, newer than the defaults), so the spec init writes passes its own check.
+    """
+    kind = kind_for_model(gpu_model) if gpu_model else None
+    if kind is None:
+        return branch, cuda
+    if int(branch) < kind.min_driver_branch:
+        branch = str(kind.min_driver_branch)
+    if cuda_key(cuda) < cuda_key(kind.min_cuda):
+        cuda = kind.min_cuda
+    return branch, cuda

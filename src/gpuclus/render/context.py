@@ -17,9 +17,10 @@ from typing import Any
 from gpuclus import __version__
 from gpuclus.errors import UsageError
 from gpuclus.gpu_catalog import UNKNOWN, kind_for_model
+from gpuclus.release_checksums import known_checksums
 from gpuclus.spec.failover import backup_controller, state_save_location
 from gpuclus.spec.hostlist import compress
-from gpuclus.spec.models import ClusterSpec, Role
+from gpuclus.spec.models import ClusterSpec, Containers, Role
 from gpuclus.spec.slurm_time import wall_minutes
 from gpuclus.spec.software import index_url, nccl_environment, requirements, software_layout
 from gpuclus.spec.topology import Node, Topology, slurm_partitions
@@ -331,6 +332,7 @@ def _nvidia_vars(spec: ClusterSpec, topology: Topology) -> dict[str, Any]:
         "gpuclus_nvidia_fabric_manager": nvidia.fabric_manager,
         "gpuclus_nvidia_dcgm": nvidia.dcgm,
         "gpuclus_nvidia_gpu_generations": {node.name: gpu_generation(node) for node in topology.real_gpu_nodes},
+        "gpuclus_nvidia_min_driver_branches": {node.name: min_driver_branch(node) for node in topology.real_gpu_nodes},
         "gpuclus_cuda_install": nvidia.cuda.install,
         "gpuclus_cuda_version": nvidia.cuda.version,
         "gpuclus_cuda_source": nvidia.cuda.source,
@@ -356,12 +358,23 @@ def _containers_vars(spec: ClusterSpec, *, state_dir: str) -> dict[str, Any]:
         "gpuclus_enroot_version": containers.enroot_version,
         "gpuclus_pyxis_version": containers.pyxis_version,
         "gpuclus_containers_artifacts_dir": from_output_dir(containers.artifacts_dir),
-        "gpuclus_containers_checksums": dict(sorted(containers.checksums.items())),
+        "gpuclus_containers_checksums": _containers_checksums(containers),
         "gpuclus_containers_allow_unverified_downloads": containers.allow_unverified_downloads,
         "gpuclus_enroot_credentials_file": from_output_dir(containers.credentials_file),
         "gpuclus_enroot_credentials_users": list(dict.fromkeys(users)),
         "gpuclus_control_cache_dir": posixpath.normpath(posixpath.join(state_dir, "cache")),
     }
+
+
+def _containers_checksums(containers: Containers) -> dict[str, str]:
+    """The spec's checksums, over gpuclus' own for the downloads of the pinned versions (release_checksums).
+
+    The table's values are of GitHub's files, so they are handed on only where the nodes download: an
+    artifacts directory may hold another packing of the same release, which the roles check by its own sha256.
+    """
+    downloads = containers.artifacts_dir is None and (containers.enroot or containers.pyxis)
+    known = known_checksums(containers.enroot_version, containers.pyxis_version) if downloads else {}
+    return dict(sorted({**known, **containers.checksums}.items()))
 
 
 def _pytorch_vars(spec: ClusterSpec, topology: Topology, *, state_dir: str) -> dict[str, Any]:
@@ -415,6 +428,17 @@ def gpu_generation(node: Node) -> str:
     if kind.open_required and kind.generation == "hopper":
         return "grace"
     return kind.generation
+
+
+def min_driver_branch(node: Node) -> int:
+    """The oldest driver branch that drives the node's GPUs (the catalogue's; 0 for a model it does not know).
+
+    The nvidia_driver role refuses an older branch with this number, so the minimums are written once, in the
+    catalogue, for spec check and the role alike.
+    """
+    model = node.gpus.model if node.gpus else None
+    kind = kind_for_model(model) if model else None
+    return kind.min_driver_branch if kind is not None else 0
 
 
 def _has_control_characters(text: str) -> bool:

@@ -949,21 +949,42 @@ def credentials_file(view: SpecView) -> list[Finding]:
 MAX_CREDENTIAL_PROBLEMS = 10
 
 
-@_check(*_containers("enroot", "pyxis", "artifacts_dir", "checksums", "allow_unverified_downloads"))
+@_check(
+    *_containers(
+        "enroot", "pyxis", "enroot_version", "pyxis_version", "artifacts_dir", "checksums", "allow_unverified_downloads"
+    )
+)
 def downloads_unverified(view: SpecView) -> list[Finding]:
+    """A download without a checksum: neither the spec's checksums nor gpuclus' own table has one for it.
+
+    Enroot counts as checked with a checksum for any of its release packages of the version (which one a
+    node downloads depends on its architecture, unknown here; the role refuses the others at deploy time).
+    """
+    from gpuclus.release_checksums import enroot_downloads, known_checksums, pyxis_download
+
     containers = view.spec.containers
     if not (containers.enroot or containers.pyxis):
         return []
-    if containers.artifacts_dir is not None or containers.checksums or containers.allow_unverified_downloads:
+    if containers.artifacts_dir is not None or containers.allow_unverified_downloads:
         return []
+    have = set(containers.checksums) | set(known_checksums(containers.enroot_version, containers.pyxis_version))
+    missing: list[str] = []
+    if containers.enroot and not have & set(enroot_downloads(containers.enroot_version)):
+        missing.append(f"Enroot {containers.enroot_version}")
+    if containers.pyxis and pyxis_download(containers.pyxis_version) not in have:
+        missing.append(f"Pyxis {containers.pyxis_version}")
+    if not missing:
+        return []
+    files = [f"enroot_{containers.enroot_version}-1_amd64.deb"] if containers.enroot else []
+    files += [pyxis_download(containers.pyxis_version)] if containers.pyxis else []
     return [
         error(
             "downloads-unverified",
-            "containers: without artifacts_dir, each node downloads Enroot and Pyxis from GitHub, "
-            "and no checksum is given",
+            f"containers: without artifacts_dir, each node downloads {' and '.join(missing)} from GitHub, "
+            "and gpuclus knows no checksum for that version",
             ("containers",),
-            hint="set containers.artifacts_dir (offline), add containers.checksums, or "
-            "containers.allow_unverified_downloads: true",
+            hint=f"add containers.checksums ({', '.join(f'{name}: <sha256>' for name in files)}), "
+            "set containers.artifacts_dir (offline), or containers.allow_unverified_downloads: true",
         )
     ]
 
@@ -1012,6 +1033,57 @@ def cuda_without_driver(view: SpecView) -> list[Finding]:
             hint="set nvidia.driver.install: true unless the nodes ship with a driver",
         )
     ]
+
+
+@_check(NODES, ("nvidia",))
+def nvidia_versions_for_gpus(view: SpecView) -> list[Finding]:
+    """The driver branch and CUDA version are no older than the nodes' GPUs need (the GPU catalogue's minimums).
+
+    Only for the nodes the NVIDIA phase installs (real GPUs whose gpus.model the catalogue knows), and only
+    for what it installs: a driver that install: false leaves alone is the admin's.
+    """
+    from gpuclus.gpu_catalog import (
+        GpuKind,
+        cuda_key,
+        kind_for_model,
+    )  # its table is read only when a node names a model
+
+    kinds: dict[str, tuple[GpuKind, list[str]]] = {}
+    for node in view.topology.real_gpu_nodes:
+        kind = kind_for_model(node.gpus.model) if node.gpus is not None and node.gpus.model else None
+        if kind is not None and kind.model is not None:
+            kinds.setdefault(kind.model, (kind, []))[1].append(node.name)
+    if not kinds:
+        return []
+    nvidia = view.spec.nvidia
+    findings: list[Finding] = []
+    if nvidia.driver.install:
+        branch = int(nvidia.driver.branch)
+        kind, names = max(kinds.values(), key=lambda item: item[0].min_driver_branch)
+        if branch < kind.min_driver_branch:
+            findings.append(
+                error(
+                    "nvidia-driver-too-old",
+                    f"driver branch {nvidia.driver.branch} does not drive {kind.model} GPUs "
+                    f"({kind.generation}, on {hostlist.compress(names)}): they need branch "
+                    f"{kind.min_driver_branch} or newer",
+                    ("nvidia", "driver", "branch"),
+                    hint=f'set nvidia.driver.branch: "{kind.min_driver_branch}" or newer',
+                )
+            )
+    if nvidia.cuda.install:
+        kind, names = max(kinds.values(), key=lambda item: cuda_key(item[0].min_cuda))
+        if cuda_key(nvidia.cuda.version) < cuda_key(kind.min_cuda):
+            findings.append(
+                error(
+                    "cuda-too-old",
+                    f"CUDA {nvidia.cuda.version} cannot build for {kind.model} GPUs "
+                    f"({kind.generation}, on {hostlist.compress(names)}): they need CUDA {kind.min_cuda} or newer",
+                    ("nvidia", "cuda", "version"),
+                    hint=f'set nvidia.cuda.version: "{kind.min_cuda}" or newer',
+                )
+            )
+    return findings
 
 
 @_check(NODES)
@@ -1285,7 +1357,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "credentials-file-missing": (Severity.ERROR, "containers.credentials_file cannot be read"),
     "credentials-file-open": (Severity.ERROR, "containers.credentials_file is readable by other users"),
     "credentials-file-grammar": (Severity.ERROR, "a line of containers.credentials_file Enroot cannot read"),
-    "downloads-unverified": (Severity.ERROR, "Enroot and Pyxis downloaded without checksums"),
+    "downloads-unverified": (Severity.ERROR, "Enroot or Pyxis downloaded without a checksum gpuclus knows"),
     "grafana-package-missing": (Severity.ERROR, "monitoring.grafana_package is not a file"),
     "dcgm-exporter-package-missing": (Severity.ERROR, "monitoring.dcgm_exporter_package is not a file"),
     "monitoring-setting-unused": (Severity.WARNING, "a monitoring setting that has no effect"),
@@ -1301,6 +1373,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "no-gpu-nodes": (Severity.INFO, "no node declares GPUs"),
     "fake-gpus-with-driver": (Severity.WARNING, "driver install on nodes with fake GPUs"),
     "cuda-without-driver": (Severity.INFO, "CUDA installed without the driver"),
+    "nvidia-driver-too-old": (Severity.ERROR, "a driver branch older than the nodes' GPUs need"),
+    "cuda-too-old": (Severity.ERROR, "a CUDA version older than the nodes' GPUs need"),
     "no-login-node": (Severity.INFO, "no login node; the controller serves as one"),
     "users-file-missing": (Severity.ERROR, "users.file cannot be read"),
     "users-file-invalid": (Severity.ERROR, "users.file has errors"),
