@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from status_fake_ssh import SPEC as SANDBOX_SPEC
 
 from gpuclus.spec.load import load_spec
@@ -13,6 +14,7 @@ from gpuclus.status import expected as status_expected
 from gpuclus.validate.checks.config import expected as config_expected
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "inventories" / "examples"
+ROLES = EXAMPLES.parents[1] / "roles"
 SPECS = sorted(EXAMPLES.glob("*/cluster.yaml"))
 
 
@@ -56,3 +58,9 @@ def test_the_examples_run_what_their_roles_say() -> None:
     assert {"slurmd", "nvidia-persistenced", "GPU metrics"} <= set(names("dgx01"))
     assert "slurmctld" not in names("dgx01") and "NFS server" not in names("dgx01")
     assert {"slurmdbd", "mariadb", "NFS server", "prometheus", "Slurm metrics timer"} <= set(names("head"))
+
+
+def test_the_grafana_marker_is_where_the_role_writes_it() -> None:
+    # roles/grafana writes the marker at its default; status and validate read GRAFANA_SKIPPED.
+    defaults = yaml.safe_load((ROLES / "grafana" / "defaults" / "main.yml").read_text())
+    assert defaults["grafana_skip_record"] == GRAFANA_SKIPPED
