@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from validate_stubs import COMPUTE, HEAD, SANDBOX_SPEC, load, target
 
+from gpuclus.spec.services import GRAFANA_SKIPPED
 from gpuclus.ssh.client import CommandResult
 from gpuclus.validate.checks.config import expected
 from gpuclus.validate.checks.config.survey import Request, request_for
@@ -266,7 +267,7 @@ def sandbox_nodes() -> dict[str, FakeNode]:
         {**common, **slurm, "/etc/chrony/chrony.conf": CHRONY_TIME_SERVER, "/etc/ganesha/ganesha.conf": GANESHA_CONF},
         # Grafana's repository is out of the sandbox's reach: the deploy skipped it and says so on the node.
         dict(HEAD_UNITS),
-        markers={expected.GRAFANA_SKIPPED},
+        markers={GRAFANA_SKIPPED},
     )
     nodes = {HEAD: head}
     for name in COMPUTE:

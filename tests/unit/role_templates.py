@@ -13,11 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from ansible.parsing.dataloader import DataLoader
+from ansible.plugins.loader import add_all_plugin_dirs
 from ansible.template import Templar, trust_as_template
 
 from gpuclus.render.files import GROUP_VARS_DIR
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
+PLAYBOOKS = ROLES.parent / "playbooks"
+
+# The plugins beside the playbooks (gpuclus_control_path), found as ansible-playbook finds them for a play there.
+add_all_plugin_dirs(str(PLAYBOOKS))
 
 FACTS: dict[str, Any] = {
     "os_family": "Debian",

@@ -17,7 +17,7 @@ import pytest
 from deploy_specs import THREE_NODE_SPEC
 from typer.testing import CliRunner
 
-from gpuclus.deploy import pipeline
+from gpuclus.deploy import phases, pipeline
 from gpuclus.deploy.events import EventTranslator
 from gpuclus.deploy.records import RecordBuilder, RunRecord, runs_dir
 from gpuclus.preflight import runner as preflight_runner
@@ -147,6 +147,10 @@ def test_deploy_help() -> None:
         assert option in text
     assert "4 when hosts were unreachable" in text
     assert "3 spec invalid" in text
+    # Every phase, with what it sets up, in deploy order: deploy/phases is the one list the help reads.
+    unboxed = " ".join(result.output.replace("\u2502", " ").split())
+    at = [unboxed.find(f"{phase.value} ({phases.WHAT[phase]})") for phase in phases.ORDER]
+    assert -1 not in at and at == sorted(at), (at, unboxed)
 
 
 def test_runs_help() -> None:

@@ -5,12 +5,37 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
-from gpuclus.deploy.phases import ORDER, Phase, PhaseChoice, parse_phase_list, select_phases, wanted_phases
+from gpuclus.deploy.phases import (
+    ORDER,
+    WHAT,
+    Phase,
+    PhaseChoice,
+    parse_phase_list,
+    playbook_file,
+    select_phases,
+    wanted_phases,
+)
 from gpuclus.errors import ExitCode, UsageError
 from gpuclus.spec.load import load_spec_text
 
 ALL = [phase.value for phase in Phase]
+PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
+
+
+def test_site_yml_imports_every_phase_in_deploy_order() -> None:
+    # site.yml stays a plain playbook (run by hand it runs every phase); it must list the one phase list.
+    plays = yaml.safe_load((PLAYBOOKS / "site.yml").read_text())
+    imported = [play["ansible.builtin.import_playbook"] for play in plays]
+    assert imported == ["preflight.yml", *(playbook_file(phase) for phase in ORDER), "stamp.yml"]
+    for play, phase in zip(plays[1:-1], ORDER, strict=True):
+        assert play["name"].lower().startswith(f"{phase.value} phase"), play["name"]
+    assert all((PLAYBOOKS / name).is_file() for name in imported)
+
+
+def test_every_phase_says_what_it_sets_up() -> None:
+    assert list(WHAT) == list(ORDER)
 
 
 def spec_text(extra: str = "", *, gpus: str | None = "{count: 2}", exports: bool = True) -> str:

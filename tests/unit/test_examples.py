@@ -1,4 +1,8 @@
-"""The example specs under inventories/examples/: valid, and their rendered/ trees never stale."""
+"""The example specs under inventories/examples/: valid, and their rendered/ trees never stale.
+
+Those trees are the one stored copy of what render makes of the examples (test_render's syrupy snapshots
+cover only its own inline specs): a reader finds them beside the spec, and this test renders each afresh.
+"""
 
 from __future__ import annotations
 

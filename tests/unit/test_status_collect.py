@@ -75,17 +75,6 @@ def test_urls_name_the_password_file_never_the_password() -> None:
     assert urls.alertmanager == "http://10.213.1.10:9093/"
 
 
-def test_alertmanager_read_whether_or_not_the_model_has_it() -> None:
-    loaded = load_spec(SPEC)
-    assert loaded.spec is not None
-
-    class Older:  # a Monitoring model from before monitoring.alertmanager
-        prometheus = True
-
-    assert expected.alertmanager_on(loaded.spec)
-    assert not expected.alertmanager_on(type("Spec", (), {"monitoring": Older()})())  # type: ignore[arg-type]
-
-
 # --- the script, run by a real shell ----------------------------------------------------------------------
 
 

@@ -31,6 +31,7 @@ from config_survey_stubs import (
 )
 from validate_stubs import COMPUTE, GPU01, GPU02, HEAD, SANDBOX_SPEC, StubRemote, context, fail, healthy_remote, load
 
+from gpuclus.spec.services import GRAFANA_SKIPPED
 from gpuclus.validate.checks import config
 from gpuclus.validate.checks.config import clock, expected, files, names, services
 from gpuclus.validate.checks.config.expected import FileRule, Mount
@@ -169,7 +170,7 @@ def test_what_each_node_is_asked_follows_the_roles() -> None:
         "node_exporter",
     ]
     assert "slurmctld" in head.units and "nfs-ganesha" in head.units and "grafana-server" in head.units
-    assert head.markers == [expected.GRAFANA_SKIPPED]
+    assert head.markers == [GRAFANA_SKIPPED]
     assert head.mounts == gpu.mounts == []
     # The munge key: through sudo, with a salt of this run (the same for every node of the run).
     line = remote.matching(SCRIPT_MARK, GPU01)[0]

@@ -10,20 +10,20 @@ import typer
 from gpuclus.cli.common import DEFAULT_SPEC, JsonOption, handled, load_checked_spec
 from gpuclus.cli.completion import complete_phases
 from gpuclus.cli.deploy_view import print_summary, run_with_progress
+from gpuclus.deploy import phases
 from gpuclus.output import Output
 
-PHASES_HELP = "Comma-separated phases: base, nfs, nvidia, slurm, users, containers, pytorch, monitoring."
+# deploy/phases is the one list; each phase is named once in the help, under --only.
+ONLY_HELP = f"Run only these phases (comma-separated), in this order: {phases.described()}."
+SKIP_HELP = f"Leave these phases out (comma-separated): {phases.names()}."
 
 
 def deploy(
     spec: Annotated[Path, typer.Argument(help="Cluster spec (YAML).")] = DEFAULT_SPEC,
-    only: Annotated[
-        str | None,
-        typer.Option("--only", help=f"Run only these phases. {PHASES_HELP}", autocompletion=complete_phases),
-    ] = None,
+    only: Annotated[str | None, typer.Option("--only", help=ONLY_HELP, autocompletion=complete_phases)] = None,
     skip: Annotated[
         str | None,
-        typer.Option("--skip", help=f"Leave these phases out. {PHASES_HELP}", autocompletion=complete_phases),
+        typer.Option("--skip", help=SKIP_HELP, autocompletion=complete_phases),
     ] = None,
     limit: Annotated[
         str | None, typer.Option("--limit", help="Only these nodes, as a hostlist (e.g. 'gpu[01-02],head').")
@@ -63,9 +63,9 @@ def deploy(
 ) -> None:
     """Build the cluster the spec describes: render, then run the phases with Ansible over SSH.
 
-    Phases run in order — base (hosts, time, packages, SSH trust), nfs, nvidia,
-    slurm, containers, monitoring — each only when the spec needs it. Nodes run
-    in parallel; a failing or unreachable node does not stop the others, and
+    Phases run in the order --only lists them, each only when the spec needs it
+    (the deploy names each phase it skips, and why). Nodes run in parallel; a
+    failing or unreachable node does not stop the others, and
     the summary names them (`--retry-failed` re-runs just those). Every run is
     recorded under .gpuclus/runs/ (see `gpuclus runs`). Secrets are generated
     once into .gpuclus/secrets/ and never printed. Ctrl-C stops Ansible and

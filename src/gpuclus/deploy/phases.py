@@ -1,13 +1,24 @@
-"""Deploy phases: which ones a spec needs, in which order, and their playbooks."""
+"""Deploy phases: which ones a spec needs, in which order, and their playbooks.
+
+The one list of phases: the Phase enum's order is the deploy order, and
+``WHAT`` says what each sets up. `gpuclus deploy --help`, the phase names'
+completion and errors, and each run's entry playbook come from here;
+playbooks/site.yml is a plain file a unit test holds to this order.
+Light to import (the spec's models only for type checking): the CLI builds
+its help text from it at start.
+"""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpuclus.errors import UsageError
-from gpuclus.spec.models import ClusterSpec
-from gpuclus.spec.topology import Topology
+
+if TYPE_CHECKING:
+    from gpuclus.spec.models import ClusterSpec
+    from gpuclus.spec.topology import Topology
 
 
 class Phase(enum.StrEnum):
@@ -24,6 +35,33 @@ class Phase(enum.StrEnum):
 
 
 ORDER = tuple(Phase)
+
+# What each phase sets up, in a few words (`gpuclus deploy --help`).
+WHAT = {
+    Phase.BASE: "hosts, time, packages, SSH trust",
+    Phase.NFS: "the exports and their mounts",
+    Phase.NVIDIA: "driver, CUDA, reboots with --reboot",
+    Phase.SLURM: "munge, slurmctld, slurmd, accounting",
+    Phase.USERS: "the users file's accounts and Slurm limits",
+    Phase.CONTAINERS: "Enroot, Pyxis",
+    Phase.PYTORCH: "Lmod, the Python environment, job templates",
+    Phase.MONITORING: "exporters, Prometheus, Alertmanager, Grafana",
+}
+
+
+def playbook_file(phase: Phase) -> str:
+    """The phase's playbook, in playbooks/."""
+    return f"{phase.value}.yml"
+
+
+def names() -> str:
+    """The phase names in deploy order, comma-separated."""
+    return ", ".join(phase.value for phase in ORDER)
+
+
+def described() -> str:
+    """Every phase in deploy order with what it sets up, for help texts."""
+    return "; ".join(f"{phase.value} ({WHAT[phase]})" for phase in ORDER)
 
 
 @dataclass(frozen=True)
@@ -83,9 +121,7 @@ def parse_phase_list(text: str | None, option: str) -> set[Phase]:
         try:
             chosen.add(Phase(word))
         except ValueError:
-            raise UsageError(
-                f"{option} {word!r} is not a phase", f"phases: {', '.join(phase.value for phase in ORDER)}"
-            ) from None
+            raise UsageError(f"{option} {word!r} is not a phase", f"phases: {names()}") from None
     return chosen
 
 

@@ -27,7 +27,7 @@ from typing import Any
 from gpuclus import __version__, ansible_settings
 from gpuclus.deploy.events import PHASE_PLAY_PREFIX
 from gpuclus.deploy.node_stamps import render_digest
-from gpuclus.deploy.phases import Phase
+from gpuclus.deploy.phases import Phase, playbook_file
 from gpuclus.fileio import write_text_atomic
 from gpuclus.render.files import ANSIBLE_CFG
 from gpuclus.resources import data_dir
@@ -138,7 +138,7 @@ def entry_playbook(phases: list[Phase], *, stamp: bool = False) -> str:
             "  gather_facts: false",
             "  tasks: []",
             # JSON strings are YAML strings: paths with '#' or ': ' stay whole.
-            f"- ansible.builtin.import_playbook: {json.dumps(str(playbooks / (phase.value + '.yml')))}",
+            f"- ansible.builtin.import_playbook: {json.dumps(str(playbooks / playbook_file(phase)))}",
         ]
     if stamp and (playbooks / STAMP_PLAYBOOK).is_file():
         lines.append(f"- ansible.builtin.import_playbook: {json.dumps(str(playbooks / STAMP_PLAYBOOK))}")
@@ -147,7 +147,7 @@ def entry_playbook(phases: list[Phase], *, stamp: bool = False) -> str:
 
 def missing_playbooks(phases: list[Phase]) -> list[Phase]:
     playbooks = data_dir("playbooks")
-    return [phase for phase in phases if not (playbooks / f"{phase.value}.yml").exists()]
+    return [phase for phase in phases if not (playbooks / playbook_file(phase)).exists()]
 
 
 def prepare_run(

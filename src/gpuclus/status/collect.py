@@ -18,8 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuclus.spec.services import GRAFANA_SKIPPED
 from gpuclus.ssh.client import CommandResult, SshFailure, SshTarget
-from gpuclus.status.expected import GRAFANA_SKIPPED, NodePlan
+from gpuclus.status.expected import NodePlan
 from gpuclus.status.parse import EXIT, SECTION, SQUEUE_FORMAT, Section, parse_sections
 
 CONNECT_TIMEOUT = 5.0

@@ -9,16 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuclus.spec.models import ClusterSpec, Role
+from gpuclus.spec.models import ClusterSpec
+from gpuclus.spec.services import services_for
 from gpuclus.spec.topology import Node, Topology
 from gpuclus.status.model import Urls
 
 PROMETHEUS_PORT = 9090
 GRAFANA_PORT = 3000
 ALERTMANAGER_PORT = 9093
-# Written on the monitoring node by a deploy that skipped Grafana on purpose (grafana_unavailable: skip);
-# its first line (or a JSON object's "reason") says why.
-GRAFANA_SKIPPED = "/var/lib/gpuclus/grafana.skipped"
 
 # Unit names as the distribution packages them (Debian, Ubuntu).
 SLURMCTLD = "slurmctld"
@@ -30,8 +28,9 @@ PROMETHEUS = "prometheus"
 ALERTMANAGER = "prometheus-alertmanager"
 GRAFANA = "grafana-server"
 
-# The Slurm phase runs on these roles (playbooks/slurm.yml: controller:backup_controller:compute:login); munge too.
-_SLURM_ROLES = frozenset({Role.CONTROLLER, Role.BACKUP_CONTROLLER, Role.COMPUTE, Role.LOGIN})
+# The units status shows, in this order: Slurm's and monitoring's. Which node runs which is spec/services'
+# answer (validate's config stage reads the same one and judges every unit there).
+SHOWN = (SLURMCTLD, SLURMDBD, SLURMD, MUNGE, NODE_EXPORTER, PROMETHEUS, ALERTMANAGER, GRAFANA)
 
 
 @dataclass(frozen=True)
@@ -44,30 +43,13 @@ class NodePlan:
     units: tuple[str, ...]
     controller: bool = False  # asks slurmctld (scontrol, squeue) from here
     targets_url: str | None = None  # Prometheus' targets API, fetched from this node
-    grafana_marker: bool = False  # reads GRAFANA_SKIPPED here
-
-
-def alertmanager_on(spec: ClusterSpec) -> bool:
-    # monitoring.alertmanager came with the monitoring issue; a spec model without it means off.
-    return bool(getattr(spec.monitoring, "alertmanager", False))
+    grafana_marker: bool = False  # reads spec/services.GRAFANA_SKIPPED here
 
 
 def units_for(node: Node, spec: ClusterSpec, topology: Topology) -> tuple[str, ...]:
-    """The systemd units a deployed node runs, in the order status shows them."""
-    monitoring = spec.monitoring
-    server = topology.monitoring_server
-    on_server = server is not None and server.name == node.name
-    wanted = [
-        (SLURMCTLD, node.has(Role.CONTROLLER) or node.has(Role.BACKUP_CONTROLLER)),
-        (SLURMDBD, node.has(Role.CONTROLLER) and spec.slurm.accounting),
-        (SLURMD, node.has(Role.COMPUTE)),
-        (MUNGE, bool(node.roles & _SLURM_ROLES)),
-        (NODE_EXPORTER, monitoring.prometheus),
-        (PROMETHEUS, on_server and monitoring.prometheus),
-        (ALERTMANAGER, on_server and monitoring.prometheus and alertmanager_on(spec)),
-        (GRAFANA, on_server and monitoring.grafana),
-    ]
-    return tuple(unit for unit, on in wanted if on)
+    """The systemd units of SHOWN a deployed node runs (their Debian names), in SHOWN's order."""
+    running = {service.debian_unit for service in services_for(node, spec, topology)}
+    return tuple(unit for unit in SHOWN if unit in running)
 
 
 def prometheus_url(address: str) -> str:
@@ -77,23 +59,21 @@ def prometheus_url(address: str) -> str:
 def plan(spec: ClusterSpec, topology: Topology) -> list[NodePlan]:
     """One plan per spec node, in the spec's order."""
     controller = topology.controller
-    server = topology.monitoring_server
     plans = []
     for node in topology.nodes:
-        on_server = server is not None and server.name == node.name
+        units = units_for(node, spec, topology)
         plans.append(
             NodePlan(
                 name=node.name,
                 address=node.address,
                 roles=tuple(sorted(role.value for role in node.roles)),
-                units=units_for(node, spec, topology),
+                units=units,
                 controller=controller is not None and controller.name == node.name,
+                # Where Prometheus runs, its targets are asked of it; where Grafana should, its skip marker.
                 targets_url=(
-                    f"{prometheus_url(node.address)}api/v1/targets?state=active"
-                    if on_server and spec.monitoring.prometheus
-                    else None
+                    f"{prometheus_url(node.address)}api/v1/targets?state=active" if PROMETHEUS in units else None
                 ),
-                grafana_marker=on_server and spec.monitoring.grafana,
+                grafana_marker=GRAFANA in units,
             )
         )
     return plans
@@ -111,6 +91,6 @@ def urls(spec: ClusterSpec, topology: Topology, grafana_password_file: Path) -> 
         grafana=f"http://{address}:{GRAFANA_PORT}/" if monitoring.grafana else None,
         grafana_password_file=str(grafana_password_file) if monitoring.grafana else None,
         alertmanager=(
-            f"http://{address}:{ALERTMANAGER_PORT}/" if monitoring.prometheus and alertmanager_on(spec) else None
+            f"http://{address}:{ALERTMANAGER_PORT}/" if monitoring.prometheus and monitoring.alertmanager else None
         ),
     )

@@ -26,20 +26,16 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gpuclus.spec import hostlist
+from gpuclus.spec import hostlist, services
 from gpuclus.spec.failover import backup_controller
-from gpuclus.spec.models import ClusterSpec, Role
+from gpuclus.spec.models import ClusterSpec
+from gpuclus.spec.services import SLURM_ROLES, Service, nfs_server
 from gpuclus.spec.topology import Node, Topology
 from gpuclus.yamldoc.grammar import full_match
 
-# playbooks/slurm.yml runs on controller:backup_controller:compute:login; munge comes with it.
-SLURM_ROLES = frozenset({Role.CONTROLLER, Role.BACKUP_CONTROLLER, Role.COMPUTE, Role.LOGIN})
 # roles/deploy_stamp: written last by every full deploy. A file changed after it was changed by hand
 # (or by a partial deploy since), which breaks a tie between two copies.
 DEPLOY_STAMP = "/var/lib/gpuclus/deployed.json"
-# roles/grafana: written on the monitoring node when the deploy skipped Grafana on purpose
-# (monitoring.grafana_unavailable: skip); Grafana's unit is then absent by design.
-GRAFANA_SKIPPED = "/var/lib/gpuclus/grafana.skipped"
 
 # Content check of one node's copy: (the file's text, the node holding it) -> what differs from the spec.
 SpecCheck = Callable[[str, Node], list[str]]
@@ -98,7 +94,7 @@ def file_rules(spec: ClusterSpec, topology: Topology) -> list[FileRule]:
         FileRule("chrony.options", ("/etc/default/chrony", "/etc/sysconfig/chronyd"), every,
                  lambda node, in_container: "in a container" if in_container else "not in a container"),
     ]  # fmt: skip
-    server = _nfs_server(spec, topology)
+    server = nfs_server(spec, topology)
     if server is not None:
         kernel = spec.nfs.server_impl == "kernel"
         paths = ("/etc/exports",) if kernel else ("/etc/ganesha/ganesha.conf",)
@@ -130,11 +126,6 @@ def _chrony_group(node: Node, in_container: bool, time_server: str) -> str | Non
     if node.name == time_server:
         return None
     return "time clients in a container" if in_container else "time clients"
-
-
-def _nfs_server(spec: ClusterSpec, topology: Topology) -> Node | None:
-    servers = topology.with_role(Role.NFS_SERVER)
-    return servers[0] if servers and spec.nfs.exports else None
 
 
 # --- the rendered files read back against the spec -------------------------------------------
@@ -301,18 +292,10 @@ def mounts_for(node: Node, spec: ClusterSpec, topology: Topology) -> list[Mount]
     ganesha it writes the fstab lines and mounts nothing (the sandbox's kernel
     has no NFS client).
     """
-    server = _nfs_server(spec, topology)
+    server = nfs_server(spec, topology)
     if server is None or node.name == server.name or spec.nfs.server_impl != "kernel":
         return []
     return [Mount(export.mount_point, f"{server.address}:{export.path}") for export in spec.nfs.exports]
-
-
-@dataclass(frozen=True)
-class Service:
-    name: str  # as messages name it
-    units: tuple[str, ...]  # the unit's name on Debian/Ubuntu, then on the RedHat family (the first that exists)
-    # A file on the node that says the deploy left this unit out on purpose (why, in its first line).
-    skipped_when: str | None = None
 
 
 @dataclass(frozen=True)
@@ -329,45 +312,5 @@ class ServicePlan:
 
 
 def services_for(node: Node, spec: ClusterSpec, topology: Topology) -> ServicePlan:
-    """The units the roles enable and start on ``node`` (names from roles/*/vars)."""
-    monitoring = spec.monitoring
-    prometheus = monitoring.prometheus  # playbooks/monitoring.yml runs everything under it
-    server = topology.monitoring_server
-    on_monitoring = prometheus and server is not None and server.name == node.name
-    controller = node.has(Role.CONTROLLER)
-    nfs_server = _nfs_server(spec, topology)
-    real_gpus = node.has_real_gpus
-    wanted = [
-        (Service("chrony", ("chrony", "chronyd")), True),
-        (Service("munge", ("munge",)), bool(node.roles & SLURM_ROLES)),
-        (Service("slurmctld", ("slurmctld",)), controller or node.has(Role.BACKUP_CONTROLLER)),
-        (Service("slurmdbd", ("slurmdbd",)), controller and spec.slurm.accounting),
-        (Service("mariadb", ("mariadb",)), controller and spec.slurm.accounting),
-        (Service("slurmd", ("slurmd",)), node.has(Role.COMPUTE)),
-        (
-            Service("NFS server", ("nfs-server",) if spec.nfs.server_impl == "kernel" else ("nfs-ganesha",)),
-            nfs_server is not None and nfs_server.name == node.name,
-        ),
-        (Service("node exporter", ("prometheus-node-exporter", "node_exporter")), prometheus),
-        (Service("Slurm metrics timer", ("gpuclus-slurm-metrics.timer",)), prometheus and controller),
-        (Service("prometheus", ("prometheus",)), on_monitoring),
-        (
-            Service("alertmanager", ("prometheus-alertmanager", "alertmanager")),
-            on_monitoring and monitoring.alertmanager,
-        ),
-        (Service("grafana", ("grafana-server",), GRAFANA_SKIPPED), on_monitoring and monitoring.grafana),
-        # roles/nvidia_driver on real GPUs: persistenced always, DCGM and the fabric manager when asked for
-        # (fabric_manager "auto" depends on the node's NVSwitches, which the spec does not know).
-        (Service("nvidia-persistenced", ("nvidia-persistenced",)), real_gpus and spec.nvidia.driver.install),
-        (Service("nvidia-dcgm", ("nvidia-dcgm",)), real_gpus and spec.nvidia.driver.install and spec.nvidia.dcgm),
-        (
-            Service("nvidia-fabricmanager", ("nvidia-fabricmanager",)),
-            real_gpus and spec.nvidia.driver.install and spec.nvidia.fabric_manager is True,
-        ),
-        # roles/gpu_metrics on real GPUs: dcgm-exporter with DCGM, else the nvidia-smi collector's timer.
-        (
-            Service("GPU metrics", ("nvidia-dcgm-exporter",) if spec.nvidia.dcgm else ("gpuclus-gpu-metrics.timer",)),
-            prometheus and real_gpus,
-        ),
-    ]
-    return ServicePlan([service for service, on in wanted if on])
+    """The units the roles enable and start on ``node``: spec/services' one answer, which status reads too."""
+    return ServicePlan(services.services_for(node, spec, topology))

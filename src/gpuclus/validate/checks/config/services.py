@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuclus.validate.checks.config.expected import Service, ServicePlan, services_for
+from gpuclus.spec.services import Service
+from gpuclus.validate.checks.config.expected import ServicePlan, services_for
 from gpuclus.validate.checks.config.survey import NodeSurvey, deploy_hint, in_spec_order, outcome, survey, unsurveyed
 from gpuclus.validate.context import Context
 from gpuclus.validate.model import NodeResult, Outcome, Status
