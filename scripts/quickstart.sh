@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The README's first command: install gpuclus, bring up a 3-node sandbox
+# The README's first command: install gpuclus as a user would (a wheel built
+# from this checkout, installed by `uv tool install` with the Ansible
+# collections beside it: scripts/install.sh), bring up a 3-node sandbox
 # (local systemd container nodes with fake GPUs, reachable over SSH), deploy
 # the cluster on it (hosts, SSH trust, NFS, Slurm with accounting, Prometheus,
 # and Enroot + Pyxis when their release sources are at hand) and prove it works
@@ -36,8 +38,8 @@ if [ -z "$artifacts" ] && [ -d ../shared/artifacts ]; then
   artifacts="$(cd ../shared/artifacts && pwd)"
 fi
 work="${1:-demo}"
-bash scripts/bootstrap.sh
-gpuclus="$PWD/.venv/bin/gpuclus"
+# The roles, playbooks and templates the run uses are the wheel's, not this checkout's.
+gpuclus=$(bash scripts/install.sh)
 head="${GPUCLUS_SANDBOX_NAME:-sandbox}-head"
 up=(--nodes 3 --gpus-per-node 2)
 if [ -n "$artifacts" ]; then

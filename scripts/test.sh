@@ -55,8 +55,9 @@ lint() {
 }
 # Three lanes run side by side (the integration tests spend much of their time
 # waiting on Slurm, systemd and apt, so two cores carry them):
-#   A (foreground) the README's quickstart as it stands (Debian 12 nodes:
-#     sandbox up, deploy, jobs, validate), whose cluster is then the Debian 12
+#   A (foreground) the README's quickstart as it stands (gpuclus installed from
+#     a wheel of this checkout with uv tool; Debian 12 nodes: sandbox up,
+#     deploy, jobs, validate), whose cluster is then the Debian 12
 #     suite's (GPUCLUS_TEST_QUICKSTART=1; conftest.py): jobs, containers,
 #     PyTorch, monitoring, validate with its faults, and the day-two tests (down
 #     node, nodes add/remove, hints, reboot);

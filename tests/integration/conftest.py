@@ -12,6 +12,10 @@ command, scripts/quickstart.sh (sandbox up, deploy, jobs, validate), run with
 this session's cluster name, OS, subnet, artifacts and wheelhouse: .ci/run's
 Debian 12 lane proves the quickstart and deploys its cluster with one fresh
 deploy instead of two (on CI's two cores a fresh deploy is several minutes).
+The quickstart deploys with the gpuclus it installs from a wheel (uv tool, into
+this session's directory); the tests after it run the checkout's gpuclus in
+.venv (cluster_helpers.gpuclus), the same commit: they test the code, the
+quickstart tests the wheel and its files.
 """
 
 from __future__ import annotations
@@ -126,6 +130,9 @@ def _quickstart(spec: Path) -> dict[str, Any]:
         **({"GPUCLUS_SANDBOX_SUBNET": SUBNET} if SUBNET else {}),
         **({"GPUCLUS_ARTIFACTS_DIR": str(ARTIFACTS_DIR)} if ARTIFACTS_DIR is not None else {}),
         **({"GPUCLUS_SANDBOX_WHEELHOUSE": str(WHEELHOUSE)} if WHEELHOUSE is not None else {}),
+        # The wheel's install goes beside the spec, not over the user's own ~/.local/bin/gpuclus.
+        "UV_TOOL_DIR": str(spec.parent / "uv-tools"),
+        "UV_TOOL_BIN_DIR": str(spec.parent / "uv-bin"),
     }
     log = spec.parent / "quickstart.log"
     with log.open("w") as output:

@@ -10,6 +10,7 @@ import shlex
 import shutil
 import stat
 import sys
+import sysconfig
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -255,6 +256,8 @@ def test_settings_come_as_envvars_and_the_runs_own_ansible_cfg(state: StateDir, 
     config = prepare(state, rendered)
     envvars = config.envvars
     assert envvars["ANSIBLE_ROLES_PATH"] == str(data_dir("roles"))
+    # The collections installed beside gpuclus come before any other copy.
+    assert envvars["ANSIBLE_COLLECTIONS_PATH"].split(":")[0] == sysconfig.get_paths()["purelib"]
     assert envvars["ANSIBLE_CACHE_PLUGIN_CONNECTION"] == str(state.root / "facts")
     assert envvars["ANSIBLE_RETRY_FILES_ENABLED"] == "False"
     assert envvars["ANSIBLE_NOCOLOR"] == "1"

@@ -9,8 +9,8 @@ the local copy in .gpuclus/last-applied/ does.
 
 The digest leaves out what depends on the control machine rather than the
 cluster: ansible.cfg (absolute paths of the spec's .gpuclus/) and comment
-lines (the header names the spec's file and gpuclus' version; the version is
-in the stamp on its own). The same spec rendered in two directories gives the
+lines (the header names the spec's file; gpuclus' version is in the stamp on
+its own). The same spec rendered in two directories gives the
 same digest.
 """
 

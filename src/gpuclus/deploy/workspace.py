@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpuclus import __version__, ansible_settings
+from gpuclus import __version__, ansible_settings, galaxy_collections
 from gpuclus.deploy.events import PHASE_PLAY_PREFIX
 from gpuclus.deploy.node_stamps import render_digest
 from gpuclus.deploy.phases import Phase, playbook_file
@@ -108,6 +108,8 @@ def ansible_environment(state: StateDir, host_count: int, config_file: Path) -> 
         "PATH": search_path(),
         "ANSIBLE_CONFIG": str(config_file),
         "ANSIBLE_ROLES_PATH": str(data_dir("roles")),
+        # The collections installed beside gpuclus first (galaxy_collections.py).
+        galaxy_collections.PATH_VARIABLE: galaxy_collections.run_path(),
         # gpuclus reads Ansible's output (the run log); colour codes would garble it.
         "ANSIBLE_NOCOLOR": "1",
         **ansible_settings.environment(table),
@@ -173,7 +175,11 @@ def prepare_run(
     it is a check run, ends by stamping its nodes (entry_playbook).
     ``reboot``: GPU nodes whose new driver is not loaded may be rebooted
     (playbooks/nvidia_reboot.yml reads gpuclus_reboot).
+    Every run (deploy, check, reset) needs the Ansible collections of
+    requirements.yml: a missing one is a one-line error here, not a module
+    Ansible cannot resolve minutes into the run.
     """
+    galaxy_collections.check()
     run_id = run_id or new_run_id()
     runs = state.private_dir(state.root / "runs")
     run_dir = runs / run_id

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import PurePosixPath
 from typing import Any
 
-from gpuclus import __version__
 from gpuclus.errors import UsageError
 from gpuclus.gpu_catalog import UNKNOWN, kind_for_model
 from gpuclus.release_checksums import known_checksums
@@ -86,7 +85,7 @@ def build_context(
         "users": {**_users_vars(users), **_directory_vars(spec, state_dir=state_dir)},
     }
     context: dict[str, Any] = {
-        "header": GENERATED_HEADER.format(version=__version__, source=source_name),
+        "header": GENERATED_HEADER.format(source=source_name),
         "source": source_name,
         "inventory": {"admin_user": spec.cluster.admin_user, "hosts": hosts, "groups": groups},
         "group_vars": group_vars,
