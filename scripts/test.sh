@@ -22,12 +22,16 @@ cpu_seconds() { awk '/^cpu /{printf "%d", ($2 + $3 + $4 + $7 + $8) / 100}' /proc
 cpu_start=$(cpu_seconds)
 step() { printf '\n==> %s (%s, host CPU %ss)\n' "$*" "$(date +%T)" "$(($(cpu_seconds) - cpu_start))"; }
 
-# `gpuclus image build` packs images with mksquashfs; its tests want the real
-# one (they skip, saying so, where it cannot be installed).
-if ! command -v mksquashfs >/dev/null && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
-  step "installing squashfs-tools"
+# `gpuclus image build` packs images with mksquashfs, and the slurm.conf tests
+# hand the rendered file to Slurm's own parser (scontrol, Debian's slurm-client);
+# their tests want the real ones (they skip, saying so, where they cannot be installed).
+host_packages=()
+command -v mksquashfs >/dev/null || host_packages+=(squashfs-tools)
+command -v scontrol >/dev/null || host_packages+=(slurm-client)
+if [ "${#host_packages[@]}" -gt 0 ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+  step "installing ${host_packages[*]}"
   DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends squashfs-tools >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${host_packages[@]}" >/dev/null
 fi
 
 # The alert-rule and dashboard-query tests run Debian's promtool and a
