@@ -30,8 +30,8 @@ command -v mksquashfs >/dev/null || host_packages+=(squashfs-tools)
 command -v scontrol >/dev/null || host_packages+=(slurm-client)
 if [ "${#host_packages[@]}" -gt 0 ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
   step "installing ${host_packages[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${host_packages[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${host_packages[@]}" >/dev/null
 fi
 
 # The alert-rule and dashboard-query tests run Debian's promtool and a

@@ -43,6 +43,9 @@ def require_root() -> None:
         )
 
 
+APT_LOCK_WAIT_S = 600
+
+
 def can_apt() -> bool:
     return os.geteuid() == 0 and shutil.which("apt-get") is not None
 
@@ -50,9 +53,12 @@ def can_apt() -> bool:
 def apt_install(packages: list[str], say: Callable[[str], None]) -> None:
     say(f"installing {' '.join(packages)} with apt-get (needed by the sandbox)")
     environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    # Another apt (unattended-upgrades, a second `sandbox up` beside this one) may hold
+    # dpkg's lock for a while: wait for it instead of failing at once.
+    wait_for_lock = ["-o", f"DPkg::Lock::Timeout={APT_LOCK_WAIT_S}"]
     for argv in (
-        ["apt-get", "update", "-qq"],
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages],
+        ["apt-get", *wait_for_lock, "update", "-qq"],
+        ["apt-get", *wait_for_lock, "install", "-y", "-qq", "--no-install-recommends", *packages],
     ):
         result = subprocess.run(argv, capture_output=True, text=True, env=environment, check=False, timeout=900)
         if result.returncode != 0:
