@@ -340,7 +340,9 @@ PYXIS_ON = "  enroot: true\n  pyxis: true\n  allow_unverified_downloads: true"
 
 def test_container_image_option_reaches_the_pyxis_job(tmp_path: Path, session: Session) -> None:
     text = SANDBOX_SPEC.replace("  enroot: false\n  pyxis: false", PYXIS_ON)
-    session.remote.prefer("--container-image=", ok("ID=ubuntu\n")).prefer("srun --help", ok("1\n"))
+    session.remote.prefer("--container-image=", ok("GPUCLUS_CONTAINER container 0 1000 1\n")).prefer(
+        "srun --help", ok("1\n")
+    )
     result = validate(
         str(spec_file(tmp_path, text)), "--only", "containers", "--container-image", "/shared/u.sqsh", "--json"
     )
@@ -432,7 +434,9 @@ def test_nodes_completes_nothing_when_the_spec_cannot_be_read(
 
 def test_the_pyxis_job_runs_the_specs_validate_image_by_default(tmp_path: Path, session: Session) -> None:
     text = SANDBOX_SPEC.replace("  enroot: false\n  pyxis: false", PYXIS_ON + "\n  validate_image: /var/img/t.sqsh")
-    session.remote.prefer("--container-image=", ok("ID=ubuntu\n")).prefer("srun --help", ok("1\n"))
+    session.remote.prefer("--container-image=", ok("GPUCLUS_CONTAINER container 0 1000 1\n")).prefer(
+        "srun --help", ok("1\n")
+    )
     result = validate(str(spec_file(tmp_path, text)), "--only", "containers", "--json")
     assert result.exit_code == 0, result.output
     assert len(session.remote.matching("--container-image=/var/img/t.sqsh")) == 2
