@@ -95,6 +95,16 @@ class QuietObserver:
         pass
 
 
+class ShowsDeploys(Protocol):
+    """The observer of a workflow that deploys as one of its steps (a rolling upgrade's batches, `nodes remove`)."""
+
+    def watch_deploy(self, request: DeployRequest, loaded: LoadedSpec, deploy: Deploy) -> DeployResult:
+        """Call ``deploy(request, loaded, observer)`` with an observer of its own, and return its result.
+
+        The terminal's shows the phase lines and turns Ctrl-C into stopping Ansible; a test's just calls it.
+        """
+
+
 # (loaded spec, spec path, nodes to probe) -> one report per node.
 Preflight = Callable[[LoadedSpec, Path, list[str]], list[NodeReport]]
 
@@ -105,6 +115,10 @@ class DeployResult:
     exit_code: ExitCode
     run_dir: Path
     seconds: float  # of the Ansible run, from its start to its record
+
+
+# deploy()'s shape without its keyword parameters: what a workflow hands to ShowsDeploys.watch_deploy.
+Deploy = Callable[[DeployRequest, LoadedSpec, DeployObserver], DeployResult]
 
 
 def deploy(
