@@ -13,10 +13,12 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol
 
 from gpuclus.deploy import pipeline
 from gpuclus.deploy.last_applied import save_last_applied
+from gpuclus.deploy.phases import wanted_phases
 from gpuclus.deploy.pipeline import DeployRequest, ShowsDeploys
 from gpuclus.slurm.session import Connect, connect_controller
 from gpuclus.spec.load import LoadedSpec
@@ -48,6 +50,14 @@ class UpgradeObserver(ShowsDeploys, Protocol):
 def upgrade_changes(request: DeployRequest, loaded: LoadedSpec) -> list[PinChange]:
     """The pinned versions this deploy changes since the last full deploy; none means a plain deploy."""
     return pin_changes(request.spec_path, loaded, pipeline.scope(request, loaded).phases)
+
+
+def upgrade_preview(spec_path: Path, loaded: LoadedSpec) -> tuple[list[PinChange], list[Batch]]:
+    """What `gpuclus plan` says of the next deploy: the pins a full deploy changes, its batches at one at a time."""
+    assert loaded.spec is not None and loaded.topology is not None  # a checked spec
+    phases = [choice.phase for choice in wanted_phases(loaded.spec, loaded.topology)[0]]
+    changes = pin_changes(spec_path, loaded, phases)
+    return changes, (plan_batches(loaded.topology, 1) if changes else [])
 
 
 def run_rolling_upgrade(
