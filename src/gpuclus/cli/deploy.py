@@ -126,14 +126,13 @@ def deploy(
 
 def _rolled(out: Output, request: Any, loaded: Any, max_unavailable: int, json_mode: bool) -> bool:
     """Run the deploy as a rolling upgrade when the spec changes a pinned version; False when it does not."""
-    from gpuclus.cli.rolling import print_rolling, rolling_upgrade
-    from gpuclus.deploy.pipeline import scope
-    from gpuclus.upgrade.detect import pin_changes
+    from gpuclus.cli.rolling import RollingView, print_rolling
+    from gpuclus.upgrade.workflow import run_rolling_upgrade, upgrade_changes
 
-    changes = pin_changes(request.spec_path, loaded, scope(request, loaded).phases)
+    changes = upgrade_changes(request, loaded)
     if not changes:
         return False
-    report = rolling_upgrade(out, request, loaded, changes, max_unavailable)
+    report = run_rolling_upgrade(request, loaded, changes, max_unavailable, RollingView(out))
     if json_mode:
         out.emit({"ok": report.ok, "exit_code": int(report.exit_code), "upgrade": report.as_dict()})
     else:

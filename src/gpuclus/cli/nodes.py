@@ -74,53 +74,66 @@ def _show_plan(out: Output, plan: Any, spec: Path) -> None:
 def _remove(
     out: Output, loaded: Any, plan: Any, spec: Path, *, force: bool, timeout: int, payload: dict[str, Any]
 ) -> None:
-    from gpuclus.cli.deploy_view import print_summary, run_with_progress
-    from gpuclus.deploy import pipeline
-    from gpuclus.fileio import write_text_atomic
-    from gpuclus.nodes.drain import drain_and_wait
-    from gpuclus.nodes.retire import retire_nodes
-    from gpuclus.slurm.session import connect_controller
-    from gpuclus.state import StateDir
+    from gpuclus.nodes.workflow import remove_nodes
 
-    state = StateDir.beside(spec)
-    remote = connect_controller(loaded.spec, loaded.topology, state.private_key, state.known_hosts)
-    try:
-        drained = drain_and_wait(
-            lambda command: remote.run(command, timeout=60),
-            plan.names,
-            plan.hostlist,
-            force=force,
-            timeout_s=timeout,
-            progress=lambda text: out.note(f"[dim]{escape(text)}[/]"),
-        )
-    finally:
-        remote.close()
-    payload.update({"cancelled_jobs": drained.cancelled, "not_in_slurm": drained.unknown})
-    out.note(
-        f"drained {plan.hostlist}"
-        + (f" (waited {drained.waited_s:.0f} s for their jobs)" if drained.waited_s >= 1 else "")
-        + (f"; not in Slurm: {', '.join(drained.unknown)}" if drained.unknown else "")
+    done = remove_nodes(
+        loaded,
+        plan,
+        spec,
+        _RemovalView(out, payload),
+        force=force,
+        timeout_s=timeout,
+        load=lambda path: load_checked_spec(path, out),
     )
-
-    write_text_atomic(spec, plan.new_text, mode=spec.stat().st_mode & 0o777)
-    payload["spec_written"] = True
-    out.note(f"{spec}: {plan.hostlist} taken out")
-
-    updated = load_checked_spec(spec, out)
-    request = pipeline.DeployRequest(spec_path=spec)
-    result = run_with_progress(out, request, updated)
-    payload["deploy"] = {"exit_code": int(result.exit_code), "run_dir": str(result.run_dir), **result.record.as_dict()}
-    if not out.json_mode:
-        print_summary(out, result.record, result.seconds)
-    if result.exit_code != 0:
+    if done.exit_code != 0:
         out.warn(f"the deploy did not finish: {spec} already leaves {plan.hostlist} out; run `gpuclus deploy {spec}`")
-        out.emit({"ok": False, "exit_code": int(result.exit_code), **payload})
-        raise typer.Exit(int(result.exit_code))
-
-    retired = retire_nodes(loaded.spec.cluster.admin_user, plan.nodes, state)
-    payload["retired"] = [outcome.as_dict() for outcome in retired]
-    for outcome in retired:
+        out.emit({"ok": False, "exit_code": int(done.exit_code), **payload})
+        raise typer.Exit(int(done.exit_code))
+    payload["retired"] = [outcome.as_dict() for outcome in done.retired]
+    for outcome in done.retired:
         if outcome.error:
             out.warn(f"{outcome.node}: slurmd not stopped ({outcome.error}); stop it there by hand")
     out.result(f"removed {plan.hostlist} from the cluster and from {spec}")
     out.emit({"ok": True, "exit_code": 0, **payload})
+
+
+class _RemovalView:
+    """The removal's observer: each step as a note, the deploy with its phase lines and summary.
+
+    It fills ``payload`` as the steps are done, so an error part way reports what was already done.
+    """
+
+    def __init__(self, out: Output, payload: dict[str, Any]) -> None:
+        self.out = out
+        self.payload = payload
+
+    def progress(self, text: str) -> None:
+        self.out.note(f"[dim]{escape(text)}[/]")
+
+    def drained(self, plan: Any, drained: Any) -> None:
+        self.payload.update({"cancelled_jobs": drained.cancelled, "not_in_slurm": drained.unknown})
+        self.out.note(
+            f"drained {plan.hostlist}"
+            + (f" (waited {drained.waited_s:.0f} s for their jobs)" if drained.waited_s >= 1 else "")
+            + (f"; not in Slurm: {', '.join(drained.unknown)}" if drained.unknown else "")
+        )
+
+    def spec_written(self, plan: Any, spec: Path) -> None:
+        self.payload["spec_written"] = True
+        self.out.note(f"{spec}: {plan.hostlist} taken out")
+
+    def watch_deploy(self, request: Any, loaded: Any, deploy: Any) -> Any:
+        from gpuclus.cli.deploy_view import run_with_progress
+
+        return run_with_progress(self.out, request, loaded, run=deploy)
+
+    def deployed(self, result: Any) -> None:
+        self.payload["deploy"] = {
+            "exit_code": int(result.exit_code),
+            "run_dir": str(result.run_dir),
+            **result.record.as_dict(),
+        }
+        if not self.out.json_mode:
+            from gpuclus.cli.deploy_view import print_summary
+
+            print_summary(self.out, result.record, result.seconds)

@@ -100,19 +100,15 @@ def plan(
 
 def _upgrade_plan(spec: Path, loaded: LoadedSpec) -> dict[str, Any] | None:
     """The rolling upgrade the next deploy makes (pins it changes, its batches at --max-unavailable 1), or None."""
-    from gpuclus.deploy.phases import wanted_phases
-    from gpuclus.upgrade.batches import plan_batches
-    from gpuclus.upgrade.detect import pin_changes
+    from gpuclus.upgrade.workflow import upgrade_preview
 
-    assert loaded.spec is not None and loaded.topology is not None
-    phases = [choice.phase for choice in wanted_phases(loaded.spec, loaded.topology)[0]]
-    pins = pin_changes(spec, loaded, phases)
+    pins, batches = upgrade_preview(spec, loaded)
     if not pins:
         return None
     return {
         "changes": [change.as_dict() for change in pins],
         "described": [change.describe() for change in pins],
-        "batches": [list(batch.nodes) for batch in plan_batches(loaded.topology, 1)],
+        "batches": [list(batch.nodes) for batch in batches],
     }
 
 

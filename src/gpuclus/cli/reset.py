@@ -83,6 +83,8 @@ def reset(
         if confirm_purge is not None and not purge_data:
             raise UsageError("--confirm-purge goes with --purge-data", "add --purge-data, or leave --confirm-purge out")
         if dry_run:
+            from gpuclus.reset.catalog import plan_per_node
+
             plan = plan_per_node(loaded, chosen)
             payload.update({"dry_run": True, "plan": plan, "kept": KEPT, "deleted_data": DELETED_DATA})
             _show_plan(out, plan, chosen, everyone, purge_data)
@@ -106,33 +108,6 @@ def reset(
             _print_summary(out, result, chosen)
         if result.exit_code != 0:
             raise typer.Exit(int(result.exit_code))
-
-
-def plan_per_node(loaded: Any, chosen: list[str]) -> dict[str, dict[str, list[str]]]:
-    """Per chosen node: the roles it runs (from the spec) and their units, packages and paths, if present there."""
-    from gpuclus.reset.catalog import load_catalog
-
-    catalog = load_catalog()
-    plan: dict[str, dict[str, list[str]]] = {}
-    for node in loaded.topology.nodes:
-        if node.name not in chosen:
-            continue
-        groups = {"cluster", *(role.value for role in node.roles)}
-        entries = catalog.for_groups(groups)
-        plan[node.name] = {
-            "roles": [entry.role for entry in entries],
-            "units": _union(entry.units for entry in entries),
-            "packages": _union(entry.packages for entry in entries),
-            "paths": _union(entry.paths for entry in entries),
-        }
-    return plan
-
-
-def _union(lists: Any) -> list[str]:
-    seen: list[str] = []
-    for items in lists:
-        seen += [item for item in items if item not in seen]
-    return seen
 
 
 def _show_plan(

@@ -186,33 +186,18 @@ def _selected_nodes(topology: Any, nodes: str | None) -> list[Any]:
 
 
 def _run(out: Output, spec: Path, loaded: Any, checks: list[Any], depth: Any, selected: list[Any], image: str) -> Any:
-    from gpuclus.slurm.session import connect_controller, require_slurm
-    from gpuclus.state import StateDir
     from gpuclus.validate.context import Options
-    from gpuclus.validate.runner import run_checks
+    from gpuclus.validate.runner import validate_cluster
 
-    state = StateDir.beside(spec)
-    if not state.private_key.exists():
-        raise UsageError(
-            f"no gpuclus SSH key in {state.ssh_dir}",
-            "run validate from the directory the cluster was deployed from, or copy that directory's .gpuclus/ "
-            "here; a cluster not deployed yet: `gpuclus preflight --password`, then `gpuclus deploy`",
-        )
-    remote = connect_controller(loaded.spec, loaded.topology, state.private_key, state.known_hosts)
-    try:
-        require_slurm(remote, loaded.topology.controller.name, spec)
-        return run_checks(
-            remote,
-            loaded.spec,
-            loaded.topology,
-            checks,
-            level=depth,
-            selected=selected,
-            options=Options(container_image=image, spec_path=spec),
-            progress=None if out.json_mode else _progress_printer(out),
-        )
-    finally:
-        remote.close()
+    return validate_cluster(
+        spec,
+        loaded,
+        checks,
+        level=depth,
+        selected=selected,
+        options=Options(container_image=image, spec_path=spec),
+        progress=None if out.json_mode else _progress_printer(out),
+    )
 
 
 def _progress_printer(out: Output) -> Any:

@@ -95,6 +95,16 @@ class QuietObserver:
         pass
 
 
+class ShowsDeploys(Protocol):
+    """The observer of a workflow that deploys as one of its steps (a rolling upgrade's batches, `nodes remove`)."""
+
+    def watch_deploy(self, request: DeployRequest, loaded: LoadedSpec, deploy: Deploy) -> DeployResult:
+        """Call ``deploy(request, loaded, observer)`` with an observer of its own, and return its result.
+
+        The terminal's shows the phase lines and turns Ctrl-C into stopping Ansible; a test's just calls it.
+        """
+
+
 # (loaded spec, spec path, nodes to probe) -> one report per node.
 Preflight = Callable[[LoadedSpec, Path, list[str]], list[NodeReport]]
 
@@ -105,6 +115,10 @@ class DeployResult:
     exit_code: ExitCode
     run_dir: Path
     seconds: float  # of the Ansible run, from its start to its record
+
+
+# deploy()'s shape without its keyword parameters: what a workflow hands to ShowsDeploys.watch_deploy.
+Deploy = Callable[[DeployRequest, LoadedSpec, DeployObserver], DeployResult]
 
 
 def deploy(
@@ -122,23 +136,67 @@ def deploy(
     ``start_run`` default to the real SSH preflight and ansible-runner.
     """
     chosen = scope(request, loaded)
+    ran = run_locked(
+        request.spec_path,
+        loaded,
+        chosen.hosts,
+        observer,
+        preflight=(preflight or ssh_preflight_nodes) if request.preflight else None,
+        prepare=lambda reports: prepare(request, loaded, chosen, preflight_failures(reports)),
+        keep=request.keep,
+        start_run=start_run,
+    )
+    return DeployResult(ran.record, exit_code(ran.record), ran.prepared.config.run_dir, ran.seconds)
+
+
+@dataclass(frozen=True)
+class LockedRun:
+    """What run_locked() gives back: the run's directory and first record, its final record, its preflight."""
+
+    prepared: PreparedDeploy
+    record: records.RunRecord
+    seconds: float  # of the Ansible run, from its start to its record
+    reports: list[NodeReport]  # preflight's answers; none when it was skipped
+
+
+def run_locked(
+    spec_path: Path,
+    loaded: LoadedSpec,
+    hosts: list[str],
+    observer: DeployObserver,
+    *,
+    preflight: Preflight | None,
+    prepare: Callable[[list[NodeReport]], PreparedDeploy],
+    keep: int | None,
+    start_run: Callable[[RunConfig], AnsibleRun] | None = None,
+    shown: Callable[[list[NodeReport]], list[NodeReport]] = list,
+    after_run: Callable[[PreparedDeploy, records.RunRecord], None] | None = None,
+) -> LockedRun:
+    """The sequence every playbook run shares (deploy, reset): lock, timed preflight, prepare, timed run, prune.
+
+    ``preflight`` probes ``hosts`` (None skips it); ``prepare`` turns its
+    reports into the run directory and first record; the observer sees the
+    reports as ``shown`` words them. ``after_run`` runs inside the lock, once
+    the record is final and before old records are pruned (reset forgets
+    last-applied there). Ctrl-C and errors leave through the lock as they came.
+    """
     # One run at a time per spec directory (refused with the holder's PID, exit 2).
-    with deploy_lock(StateDir.beside(request.spec_path)):
-        failures: list[records.Failure] = []
-        if request.preflight:
-            probe = preflight or ssh_preflight_nodes
+    with deploy_lock(StateDir.beside(spec_path)):
+        reports: list[NodeReport] = []
+        if preflight is not None:
             started = time.monotonic()
-            reports = probe(loaded, request.spec_path, chosen.hosts)
-            observer.preflight_done(reports, time.monotonic() - started)
-            failures = preflight_failures(reports)
-        prepared = prepare(request, loaded, chosen, failures)
+            reports = preflight(loaded, spec_path, hosts)
+            observer.preflight_done(shown(reports), time.monotonic() - started)
+        prepared = prepare(reports)
         observer.phases_skipped(prepared.skipped)
         started = time.monotonic()
         record = execute(prepared, observer.event, observer.run_started, start_run)
         seconds = time.monotonic() - started
-        if request.keep is not None:
-            records.prune(prepared.state, request.keep)
-    return DeployResult(record, exit_code(record), prepared.config.run_dir, seconds)
+        if after_run is not None:
+            after_run(prepared, record)
+        if keep is not None:
+            records.prune(prepared.state, keep)
+    return LockedRun(prepared, record, seconds, reports)
 
 
 def ssh_preflight_nodes(loaded: LoadedSpec, spec_path: Path, hosts: list[str]) -> list[NodeReport]:

@@ -1,12 +1,14 @@
 """What gpuclus puts on a node, read from the one list the reset role undoes.
 
 roles/reset/vars/main.yml holds it (`__reset_catalog`, `__reset_not_undone`):
-the role applies it, `gpuclus reset --dry-run` shows it per node from here,
+the role applies it, `gpuclus reset --dry-run` shows it per node from here
+(`plan_per_node`),
 and a unit test holds it against roles/. Pure: reads a file, no network.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ from typing import Any
 import yaml
 
 from gpuclus.resources import data_dir
+from gpuclus.spec.load import LoadedSpec
 
 # Paths that depend on the machine are templated in the role; the dry run
 # shows them with the placeholder instead.
@@ -68,3 +71,29 @@ def load_catalog(roles: Path | None = None) -> Catalog:
     )
     not_undone = {str(role): " ".join(str(why).split()) for role, why in data["__reset_not_undone"].items()}
     return Catalog(entries, not_undone)
+
+
+def plan_per_node(loaded: LoadedSpec, chosen: list[str]) -> dict[str, dict[str, list[str]]]:
+    """Per chosen node: the roles it runs (from the spec) and their units, packages and paths, if present there."""
+    assert loaded.topology is not None
+    catalog = load_catalog()
+    plan: dict[str, dict[str, list[str]]] = {}
+    for node in loaded.topology.nodes:
+        if node.name not in chosen:
+            continue
+        groups = {"cluster", *(role.value for role in node.roles)}
+        entries = catalog.for_groups(groups)
+        plan[node.name] = {
+            "roles": [entry.role for entry in entries],
+            "units": _union(entry.units for entry in entries),
+            "packages": _union(entry.packages for entry in entries),
+            "paths": _union(entry.paths for entry in entries),
+        }
+    return plan
+
+
+def _union(lists: Iterable[tuple[str, ...]]) -> list[str]:
+    seen: list[str] = []
+    for items in lists:
+        seen += [item for item in items if item not in seen]
+    return seen

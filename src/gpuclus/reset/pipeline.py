@@ -1,9 +1,10 @@
 """The reset sequence, without the terminal: scope, lock, preflight, prepare, run, record, forget.
 
-Built from the deploy's parts (deploy/pipeline.py): the same run directory,
-ansible-runner adapter, run record and lock, with its own entry playbook
+Built from the deploy's parts (deploy/pipeline.py): the same sequence
+(`run_locked`: lock, timed preflight, prepare, timed run, prune), run directory,
+ansible-runner adapter and run record, with its own entry playbook
 (playbooks/reset.yml behind a phase marker named "reset"). Never prints: the
-observer is the deploy's (cli/deploy.py shows the progress).
+observer is the deploy's (cli/deploy_view.py shows the progress).
 """
 
 from __future__ import annotations
@@ -17,15 +18,14 @@ from pathlib import Path
 from gpuclus import __version__
 from gpuclus.deploy import records
 from gpuclus.deploy.last_applied import last_applied_dir
-from gpuclus.deploy.lock import deploy_lock
 from gpuclus.deploy.pipeline import (
     AnsibleRun,
     DeployObserver,
     Preflight,
     PreparedDeploy,
-    execute,
     exit_code,
     render_for_run,
+    run_locked,
     ssh_preflight_nodes,
 )
 from gpuclus.deploy.workspace import RunConfig, prepare_run
@@ -101,10 +101,8 @@ def entry_playbook() -> str:
     )
 
 
-def prepare(
-    request: ResetRequest, loaded: LoadedSpec, chosen: list[str], unreachable: list[str]
-) -> tuple[PreparedDeploy, bool]:
-    """The run directory and first record; returns it and whether every node of the spec is reset."""
+def prepare(request: ResetRequest, loaded: LoadedSpec, chosen: list[str], unreachable: list[str]) -> PreparedDeploy:
+    """The run directory and first record; ``chosen`` all of the spec's nodes makes it a full reset."""
     assert loaded.spec is not None and loaded.topology is not None
     state = StateDir.beside(request.spec_path)
     if not state.private_key.exists():
@@ -162,7 +160,7 @@ def prepare(
         failures=failures,
     )
     record.save(config.run_dir)
-    return PreparedDeploy(config, [], [], record, rendered, state), full
+    return PreparedDeploy(config, [], [], record, rendered, state)
 
 
 def forget_last_applied(state: StateDir) -> bool:
@@ -185,30 +183,45 @@ def reset(
     start_run: Callable[[RunConfig], AnsibleRun] | None = None,
 ) -> ResetResult:
     """Choose the nodes, lock, preflight (unreachable nodes are named and left out), run, record."""
+    assert loaded.topology is not None
     chosen = choose_nodes(request.nodes, loaded)
     state = StateDir.beside(request.spec_path)
-    with deploy_lock(state):
-        unreachable: list[str] = []
-        if request.preflight:
-            probe = preflight or ssh_preflight_nodes
-            started = time.monotonic()
-            reports = probe(loaded, request.spec_path, chosen)
-            # Only unreachable nodes are left out: a node failing a deploy check (disk, GPUs) can still be reset.
-            observer.preflight_done(_unreachable_only(reports), time.monotonic() - started)
-            unreachable = [report.node for report in reports if not report.reachable]
-        prepared, full = prepare(request, loaded, chosen, unreachable)
-        observer.phases_skipped([])
-        started = time.monotonic()
-        # execute() saves last-applied after a full successful run; a full reset then drops it.
-        record = execute(prepared, observer.event, observer.run_started, start_run)
-        seconds = time.monotonic() - started
-        forgot = False
-        # Some nodes unreachable: the others were still reset, and plan must not diff against the old cluster.
+    full = chosen == [node.name for node in loaded.topology.nodes]
+    forgot = False
+
+    def forget_after_full_reset(prepared: PreparedDeploy, record: records.RunRecord) -> None:
+        nonlocal forgot
+        # execute() saved last-applied after a full successful run; a full reset drops it. Some nodes
+        # unreachable: the others were still reset, and plan must not diff against the old cluster.
         if record.status in {"successful", "unreachable"} and full:
             forgot = forget_last_applied(state)
-        if request.keep is not None:
-            records.prune(state, request.keep)
-    return ResetResult(record, exit_code(record), prepared.config.run_dir, seconds, full, unreachable, forgot)
+
+    ran = run_locked(
+        request.spec_path,
+        loaded,
+        chosen,
+        observer,
+        preflight=(preflight or ssh_preflight_nodes) if request.preflight else None,
+        # Only unreachable nodes are left out: a node failing a deploy check (disk, GPUs) can still be reset.
+        prepare=lambda reports: prepare(request, loaded, chosen, _unreachable(reports)),
+        keep=request.keep,
+        start_run=start_run,
+        shown=_unreachable_only,
+        after_run=forget_after_full_reset,
+    )
+    return ResetResult(
+        ran.record,
+        exit_code(ran.record),
+        ran.prepared.config.run_dir,
+        ran.seconds,
+        full,
+        _unreachable(ran.reports),
+        forgot,
+    )
+
+
+def _unreachable(reports: list[NodeReport]) -> list[str]:
+    return [report.node for report in reports if not report.reachable]
 
 
 def _unreachable_only(reports: list[NodeReport]) -> list[NodeReport]:

@@ -6,13 +6,27 @@ without Slurm reads the same whichever command met it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from gpuclus.slurm import commands as slurm
 from gpuclus.slurm.remote import Remote
 from gpuclus.spec.models import ClusterSpec
 from gpuclus.spec.topology import Topology
-from gpuclus.ssh.client import SshFailure, SshTarget, connect, is_auth_failure
+from gpuclus.ssh.client import CommandResult, SshFailure, SshTarget, connect, is_auth_failure
+
+
+class ControllerSession(Protocol):
+    """What a workflow needs of the controller's session (Remote; a fake in a workflow's tests)."""
+
+    def run(self, command: str, timeout: float = ...) -> CommandResult: ...
+
+    def close(self) -> None: ...
+
+
+# connect_controller's shape: a workflow takes it as a parameter, so its tests need no SSH.
+Connect = Callable[[ClusterSpec, Topology, Path, Path], ControllerSession]
 
 
 def connect_controller(spec: ClusterSpec, topology: Topology, key_file: Path, known_hosts: Path) -> Remote:

@@ -16,13 +16,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpuclus.errors import ExitCode, GpuclusError
+from gpuclus.errors import ExitCode, GpuclusError, UsageError
 from gpuclus.hints import with_spec
 from gpuclus.slurm import commands as slurm
 from gpuclus.slurm.remote import Remote
+from gpuclus.slurm.session import connect_controller, require_slurm
+from gpuclus.spec.load import LoadedSpec
 from gpuclus.spec.models import ClusterSpec
 from gpuclus.spec.topology import Node, Topology
 from gpuclus.ssh.client import SshFailure
+from gpuclus.state import StateDir
 from gpuclus.validate.check import Check
 from gpuclus.validate.context import Context, Options
 from gpuclus.validate.model import CheckResult, Level, Outcome, Status
@@ -90,6 +93,42 @@ class Report:
             "failures": self.failures(),
             "nodes": self.per_node(),
         }
+
+
+def validate_cluster(
+    spec_path: Path,
+    loaded: LoadedSpec,
+    checks: list[Check],
+    *,
+    level: Level,
+    selected: list[Node],
+    options: Options,
+    progress: Progress | None = None,
+) -> Report:
+    """`gpuclus validate`'s one call: gpuclus' key, the controller's session, Slurm there at all, then the checks."""
+    assert loaded.spec is not None and loaded.topology is not None and loaded.topology.controller is not None
+    state = StateDir.beside(spec_path)
+    if not state.private_key.exists():
+        raise UsageError(
+            f"no gpuclus SSH key in {state.ssh_dir}",
+            "run validate from the directory the cluster was deployed from, or copy that directory's .gpuclus/ "
+            "here; a cluster not deployed yet: `gpuclus preflight --password`, then `gpuclus deploy`",
+        )
+    remote = connect_controller(loaded.spec, loaded.topology, state.private_key, state.known_hosts)
+    try:
+        require_slurm(remote, loaded.topology.controller.name, spec_path)
+        return run_checks(
+            remote,
+            loaded.spec,
+            loaded.topology,
+            checks,
+            level=level,
+            selected=selected,
+            options=options,
+            progress=progress,
+        )
+    finally:
+        remote.close()
 
 
 def run_checks(
