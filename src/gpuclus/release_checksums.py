@@ -60,10 +60,20 @@ def known_checksums(enroot_version: str, pyxis_version: str) -> dict[str, str]:
     }
 
 
+def unknown_downloads(enroot_version: str, pyxis_version: str) -> list[str]:
+    """What the table lacks of a node's downloads for these versions, as "Enroot 4.1.2" / "Pyxis 0.24.0".
+
+    Enroot counts as known with any package of its version, as in `spec check` (which one a node downloads
+    depends on its architecture).
+    """
+    known = known_checksums(enroot_version, pyxis_version)
+    missing = [] if set(known) & set(enroot_downloads(enroot_version)) else [f"Enroot {enroot_version}"]
+    return missing + ([] if pyxis_download(pyxis_version) in known else [f"Pyxis {pyxis_version}"])
+
+
 def covers_downloads(enroot_version: str, pyxis_version: str) -> bool:
     """Does the table hold what a node downloads for these versions (an Enroot package and Pyxis' source)?"""
-    known = known_checksums(enroot_version, pyxis_version)
-    return bool(set(known) & set(enroot_downloads(enroot_version))) and pyxis_download(pyxis_version) in known
+    return not unknown_downloads(enroot_version, pyxis_version)
 
 
 @cache

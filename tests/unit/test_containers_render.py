@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuclus.release_checksums import known_checksums
 from gpuclus.render.files import GROUP_VARS_DIR, RENDERED_FILES, render_files
 from gpuclus.spec.load import LoadedSpec, load_spec_text
 
@@ -92,7 +93,8 @@ def test_defaults_with_both_on_and_downloads_allowed() -> None:
         "gpuclus_enroot_version": "4.1.2",
         "gpuclus_pyxis_version": "0.24.0",
         "gpuclus_containers_artifacts_dir": None,
-        "gpuclus_containers_checksums": {},
+        # gpuclus' own table's values for the pinned releases' downloads (test_release_checksums).
+        "gpuclus_containers_checksums": known_checksums("4.1.2", "0.24.0"),
         "gpuclus_containers_allow_unverified_downloads": True,
         "gpuclus_enroot_credentials_file": None,
         "gpuclus_enroot_credentials_users": ["ubuntu"],

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from gpuclus import release_checksums
 from gpuclus.cli.main import app
 from gpuclus.spec.credentials import credentials_problems
 from gpuclus.spec.load import LoadedSpec, load_spec
@@ -248,6 +249,13 @@ def test_artifacts_needed_only_for_what_is_on(tmp_path: Path) -> None:
 # -- downloads ------------------------------------------------------------------------
 
 
+@pytest.fixture
+def no_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpuclus' own checksum table emptied: these tests are of the spec's checksums (test_release_checksums)."""
+    monkeypatch.setattr(release_checksums, "_table", dict)
+
+
+@pytest.mark.usefixtures("no_table")
 @pytest.mark.parametrize("body", ["  enroot: true\n", ON, "  pyxis: true\n"])
 def test_downloads_without_checksums_are_refused(tmp_path: Path, body: str) -> None:
     findings = container_findings(load(tmp_path, body))
@@ -259,6 +267,7 @@ def test_downloads_without_checksums_are_refused(tmp_path: Path, body: str) -> N
     assert "allow_unverified_downloads" in (finding.hint or "")
 
 
+@pytest.mark.usefixtures("no_table")
 def test_a_download_without_its_own_checksum_is_refused_by_name(tmp_path: Path) -> None:
     # Enroot's checksum does not vouch for Pyxis: the pyxis role would refuse its download at deploy time.
     [finding] = container_findings(load(tmp_path, ON + f"  checksums: {{enroot_4.1.2-1_amd64.deb: {SHA}}}\n"))

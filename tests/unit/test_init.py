@@ -95,7 +95,7 @@ def test_flags_write_a_valid_commented_spec(tmp_path: Path) -> None:
     assert spec.spec.slurm.accounting is True
     assert (spec.spec.nvidia.driver.install, spec.spec.nvidia.driver.branch) == (True, "550")
     assert (spec.spec.nvidia.cuda.install, spec.spec.nvidia.cuda.version) == (True, "12.4")
-    # Off while gpuclus knows no checksums for the pinned downloads (test_containers_on_once_their_downloads_are_known).
+    # Off while gpuclus' table lacks Enroot's checksums (test_containers_on_once_their_downloads_are_known).
     assert not spec.spec.containers.enroot and not spec.spec.containers.pyxis
     # Grafana on: the dashboards are part of the cluster users came for.
     assert spec.spec.monitoring.prometheus and spec.spec.monitoring.grafana
@@ -166,6 +166,28 @@ def test_containers_on_once_their_downloads_are_known(tmp_path: Path, monkeypatc
     assert "To turn them off: enroot: false and pyxis: false." in text
     off = text.replace("  enroot: true\n  pyxis: true\n", "  enroot: false\n  pyxis: false\n")
     assert load_spec_text(off, str(output)).findings == []
+
+
+@pytest.mark.parametrize(
+    ("names", "words"),
+    [
+        ((), "gpuclus does not know theirs yet."),
+        (("pyxis-0.24.0-src.tar.gz",), "gpuclus knows Pyxis 0.24.0's, not yet Enroot 4.1.2's."),
+        (("enroot_4.1.2-1_arm64.deb",), "gpuclus knows Enroot 4.1.2's, not yet Pyxis 0.24.0's."),
+    ],
+)
+def test_containers_off_say_which_checksums_gpuclus_lacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, names: tuple[str, ...], words: str
+) -> None:
+    entry = {"sha256": "0123456789abcdef" * 4, "url": "https://example.org/f", "source": "test"}
+    table = parse_table({"downloads": dict.fromkeys(names, entry)})
+    monkeypatch.setattr(release_checksums, "_table", lambda: table)
+    output = tmp_path / "cluster.yaml"
+    code, _, stderr = invoke([*CLUSTER_FLAGS, "-o", str(output)])
+    assert code == 0, stderr
+    text = output.read_text()
+    assert "  enroot: false\n  pyxis: false\n" in text
+    assert f"(checksums: {{file name: sha256}}); {words}\n" in text
 
 
 def test_containers_hints_turn_them_on_cleanly(tmp_path: Path) -> None:

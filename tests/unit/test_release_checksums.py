@@ -6,6 +6,7 @@ covers needs no checksums of its own, and render hands the table's values to the
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +30,57 @@ containers: {enroot: true, pyxis: true}
 ENTRY = {"sha256": SHA, "url": "https://example.org/f", "source": "sha256sum of the file at url"}
 
 
-def test_the_shipped_table_is_well_formed() -> None:
+ROLES = Path(__file__).resolve().parents[2] / "roles"
+
+
+def role_defaults(role: str) -> dict[str, Any]:
+    import yaml
+
+    with (ROLES / role / "defaults" / "main.yml").open(encoding="utf-8") as stream:
+        defaults: dict[str, Any] = yaml.safe_load(stream)
+    return defaults
+
+
+def download_url(name: str) -> str:
+    """Where the roles download the release file ``name`` from, by their defaults."""
+    if match := re.fullmatch(r"pyxis-(\d+\.\d+\.\d+)-src\.tar\.gz", name):
+        template = role_defaults("pyxis")["pyxis_url"]
+        assert "{{ pyxis_version }}" in template
+        return str(template).replace("{{ pyxis_version }}", match[1])
+    match = re.fullmatch(r"enroot(?:\+caps)?[_-](\d+\.\d+\.\d+)-1[_.].*", name)
+    assert match, name
+    return f"{role_defaults('enroot')['enroot_release_url']}/v{match[1]}/{name}"
+
+
+@pytest.fixture
+def shipped() -> dict[str, KnownFile]:
     release_checksums._table.cache_clear()
-    table = release_checksums._table()
-    for known in table.values():
+    return release_checksums._table()
+
+
+def test_the_shipped_table_is_well_formed(shipped: dict[str, KnownFile]) -> None:
+    for known in shipped.values():
         assert known.url.startswith("https://") and known.source
+
+
+def test_each_shipped_sha256_is_of_the_url_the_roles_download(shipped: dict[str, KnownFile]) -> None:
+    # A value of another URL (a tag archive for a release package, a mirror) would fail every download.
+    for name, known in shipped.items():
+        assert known.url == download_url(name), name
+    assert download_url("enroot_4.1.2-1_amd64.deb") == (
+        "https://github.com/NVIDIA/enroot/releases/download/v4.1.2/enroot_4.1.2-1_amd64.deb"
+    )
+
+
+def test_the_shipped_table_spares_a_default_spec_pyxis_checksum(tmp_path: Path, shipped: dict[str, KnownFile]) -> None:
+    # Pyxis 0.24.0's source (GitHub's archive of the tag) is known: a spec asks only for Enroot's checksum.
+    path = tmp_path / "cluster.yaml"
+    path.write_text(SPEC, encoding="utf-8")
+    [finding] = [f for f in load_spec(path).findings if f.code == "downloads-unverified"]
+    assert "Enroot 4.1.2" in finding.message and "Pyxis" not in finding.message
+    assert "enroot_4.1.2-1_amd64.deb: <sha256>" in (finding.hint or "") and "pyxis" not in (finding.hint or "")
+    with_enroot = SPEC.replace("pyxis: true}", f"pyxis: true, checksums: {{enroot_4.1.2-1_amd64.deb: {SHA}}}}}")
+    assert findings(tmp_path, with_enroot) == []
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpuclus.gpu_catalog import cuda_key, kind_for_model
 from gpuclus.initspec.draft import SpecDraft
-from gpuclus.release_checksums import covers_downloads
+from gpuclus.release_checksums import unknown_downloads
 from gpuclus.spec.models import Containers, Monitoring, Network, Nvidia, PyTorch, Slurm
 from gpuclus.spec.topology import DEFAULT_PARTITION
 from gpuclus.templating import render_template
@@ -24,6 +24,9 @@ def render_spec(draft: SpecDraft) -> str:
     network = Network()
     containers = Containers()
     monitoring = Monitoring()
+    enroot, pyxis = f"Enroot {containers.enroot_version}", f"Pyxis {containers.pyxis_version}"
+    # What gpuclus' checksum table lacks of the default downloads; containers are on when it lacks nothing.
+    unknown = unknown_downloads(containers.enroot_version, containers.pyxis_version)
     driver_branch, cuda_version = nvidia_versions(draft.gpu_model, nvidia.driver.branch, nvidia.cuda.version)
     nodes = [
         {
@@ -48,7 +51,9 @@ def render_spec(draft: SpecDraft) -> str:
         accounting=Slurm().accounting,
         driver_branch=driver_branch,
         cuda_version=cuda_version,
-        containers_on=covers_downloads(containers.enroot_version, containers.pyxis_version),
+        containers_on=not unknown,
+        containers_known=[name for name in (enroot, pyxis) if name not in unknown],
+        containers_unknown=unknown,
         enroot_version=containers.enroot_version,
         pyxis_version=containers.pyxis_version,
         validate_image=containers.validate_image,

@@ -968,15 +968,15 @@ def downloads_unverified(view: SpecView) -> list[Finding]:
     if containers.artifacts_dir is not None or containers.allow_unverified_downloads:
         return []
     have = set(containers.checksums) | set(known_checksums(containers.enroot_version, containers.pyxis_version))
-    missing: list[str] = []
+    # Each missing download, with the file name the hint asks a checksum for.
+    missing: dict[str, str] = {}
     if containers.enroot and not have & set(enroot_downloads(containers.enroot_version)):
-        missing.append(f"Enroot {containers.enroot_version}")
+        missing[f"Enroot {containers.enroot_version}"] = f"enroot_{containers.enroot_version}-1_amd64.deb"
     if containers.pyxis and pyxis_download(containers.pyxis_version) not in have:
-        missing.append(f"Pyxis {containers.pyxis_version}")
+        missing[f"Pyxis {containers.pyxis_version}"] = pyxis_download(containers.pyxis_version)
     if not missing:
         return []
-    files = [f"enroot_{containers.enroot_version}-1_amd64.deb"] if containers.enroot else []
-    files += [pyxis_download(containers.pyxis_version)] if containers.pyxis else []
+    files = list(missing.values())
     return [
         error(
             "downloads-unverified",
