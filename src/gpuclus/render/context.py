@@ -17,6 +17,7 @@ from typing import Any
 from gpuclus.errors import UsageError
 from gpuclus.gpu_catalog import UNKNOWN, kind_for_model
 from gpuclus.release_checksums import known_checksums
+from gpuclus.release_files import group_vars_names
 from gpuclus.spec.failover import backup_controller, state_save_location
 from gpuclus.spec.hostlist import compress
 from gpuclus.spec.models import ClusterSpec, Containers, Role
@@ -356,6 +357,7 @@ def _containers_vars(spec: ClusterSpec, *, state_dir: str) -> dict[str, Any]:
         "gpuclus_pyxis_install": containers.pyxis,
         "gpuclus_enroot_version": containers.enroot_version,
         "gpuclus_pyxis_version": containers.pyxis_version,
+        **group_vars_names(containers.enroot_version, containers.pyxis_version),
         "gpuclus_containers_artifacts_dir": from_output_dir(containers.artifacts_dir),
         "gpuclus_containers_checksums": _containers_checksums(containers),
         "gpuclus_containers_allow_unverified_downloads": containers.allow_unverified_downloads,
