@@ -22,6 +22,9 @@ from role_templates import ROLES, first_found_vars_file, role_templar
 from test_nvidia_driver_choices import OSES, value
 
 from gpuclus.release_files import group_vars_names
+from gpuclus.yamldoc.patterns import ROLE_PATTERNS, ansible_form
+
+ROLE_GROUP_VARS_PATTERNS = {name: ansible_form(pattern) for name, pattern in ROLE_PATTERNS.items()}
 
 ROLE = "enroot"
 RELEASES = "https://github.com/NVIDIA/enroot/releases/download"
@@ -35,6 +38,7 @@ VARS_FILES = {
 APT_OSES = ["ubuntu22", "ubuntu24", "debian12", "debian13"]
 SHA = "0123456789abcdef" * 4
 INVENTORY = {
+    "gpuclus_patterns": ROLE_GROUP_VARS_PATTERNS,
     "gpuclus_apt_cache_valid_time": 3600,
     "gpuclus_package_lock_timeout": 60,
     "gpuclus_containers_artifacts_dir": None,

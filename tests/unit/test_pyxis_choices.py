@@ -20,6 +20,9 @@ from role_templates import ROLES, first_found_vars_file, first_refusal, role_tem
 from test_nvidia_driver_choices import OSES, value
 
 from gpuclus.release_files import group_vars_names
+from gpuclus.yamldoc.patterns import ROLE_PATTERNS, ansible_form
+
+ROLE_GROUP_VARS_PATTERNS = {name: ansible_form(pattern) for name, pattern in ROLE_PATTERNS.items()}
 
 ROLE = "pyxis"
 VARS_FILES = {
@@ -39,6 +42,7 @@ DF_TMPFS = (
     "tmpfs          tmpfs    12342044    36  12342008       1% /run\n"
 )
 INPUTS = {
+    "gpuclus_patterns": ROLE_GROUP_VARS_PATTERNS,
     "pyxis_artifacts_dir": "/work/shared/artifacts",
     "gpuclus_apt_cache_valid_time": 3600,
     "gpuclus_containers_artifacts_dir": None,

@@ -26,6 +26,7 @@ from gpuclus.spec.software import index_url, nccl_environment, requirements, sof
 from gpuclus.spec.topology import Node, Topology, slurm_partitions
 from gpuclus.templating import GENERATED_HEADER
 from gpuclus.users.model import UsersFile
+from gpuclus.yamldoc.patterns import ROLE_PATTERNS, ansible_form
 
 # Inventory groups in the order hosts.yml lists them; roles map one to one.
 ROLE_GROUPS: tuple[tuple[str, str], ...] = (
@@ -197,6 +198,7 @@ def _cluster_vars(spec: ClusterSpec, topology: Topology, controller: Node) -> di
         "gpuclus_apt_cache_valid_time": APT_CACHE_VALID_SECONDS,
         "gpuclus_package_lock_timeout": PACKAGE_LOCK_TIMEOUT_SECONDS,
         "gpuclus_cluster_name": spec.cluster.name,
+        "gpuclus_patterns": {name: ansible_form(pattern) for name, pattern in sorted(ROLE_PATTERNS.items())},
         "gpuclus_admin_user": spec.cluster.admin_user,
         "gpuclus_controller": controller.name,
         "gpuclus_controller_address": controller.address,
