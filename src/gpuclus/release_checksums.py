@@ -13,6 +13,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from gpuclus.release_files import enroot_package_files, pyxis_source_file
+
 TABLE_FILE = Path(__file__).resolve().parent / "data" / "release_checksums.yml"
 # The names containers.checksums takes (spec/models.py RELEASE_FILE_PATTERN, without importing the models here).
 _FILE = re.compile(
@@ -34,30 +36,13 @@ class ChecksumTableError(ValueError):
 
 def enroot_downloads(version: str) -> tuple[str, ...]:
     """The files a node may download for Enroot ``version``: one package per architecture and package family."""
-    return (
-        f"enroot_{version}-1_amd64.deb",
-        f"enroot_{version}-1_arm64.deb",
-        f"enroot-{version}-1.el8.x86_64.rpm",
-        f"enroot-{version}-1.el8.aarch64.rpm",
-    )
-
-
-def pyxis_download(version: str) -> str:
-    """The name the pyxis role checks its source download under (GitHub's archive of tag v<version>)."""
-    return f"pyxis-{version}-src.tar.gz"
+    return enroot_package_files(version)
 
 
 def known_checksums(enroot_version: str, pyxis_version: str) -> dict[str, str]:
     """The table's sha256 of the files these versions download, by file name (the enroot+caps ones too)."""
-    prefixes = tuple(
-        f"{package}{separator}{enroot_version}-1{suffix}"
-        for package in ("enroot", "enroot+caps")
-        for separator, suffix in (("_", "_"), ("-", ".el8."))
-    )
-    wanted = {pyxis_download(pyxis_version)}
-    return {
-        name: known.sha256 for name, known in sorted(_table().items()) if name in wanted or name.startswith(prefixes)
-    }
+    wanted = {*enroot_package_files(enroot_version, caps=True), pyxis_source_file(pyxis_version)}
+    return {name: known.sha256 for name, known in sorted(_table().items()) if name in wanted}
 
 
 def unknown_downloads(enroot_version: str, pyxis_version: str) -> list[str]:
@@ -68,7 +53,7 @@ def unknown_downloads(enroot_version: str, pyxis_version: str) -> list[str]:
     """
     known = known_checksums(enroot_version, pyxis_version)
     missing = [] if set(known) & set(enroot_downloads(enroot_version)) else [f"Enroot {enroot_version}"]
-    return missing + ([] if pyxis_download(pyxis_version) in known else [f"Pyxis {pyxis_version}"])
+    return missing + ([] if pyxis_source_file(pyxis_version) in known else [f"Pyxis {pyxis_version}"])
 
 
 def covers_downloads(enroot_version: str, pyxis_version: str) -> bool:

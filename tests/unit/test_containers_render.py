@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from gpuclus.release_checksums import known_checksums
+from gpuclus.release_files import group_vars_names
 from gpuclus.render.files import GROUP_VARS_DIR, RENDERED_FILES, render_files
 from gpuclus.spec.load import LoadedSpec, load_spec_text
 
@@ -34,6 +35,8 @@ VARIABLES = [
     "gpuclus_pyxis_install",
     "gpuclus_enroot_version",
     "gpuclus_pyxis_version",
+    "gpuclus_pyxis_release_file",
+    "gpuclus_enroot_release_files",
     "gpuclus_containers_artifacts_dir",
     "gpuclus_containers_checksums",
     "gpuclus_containers_allow_unverified_downloads",
@@ -92,6 +95,7 @@ def test_defaults_with_both_on_and_downloads_allowed() -> None:
         "gpuclus_pyxis_install": True,
         "gpuclus_enroot_version": "4.1.2",
         "gpuclus_pyxis_version": "0.24.0",
+        **group_vars_names("4.1.2", "0.24.0"),
         "gpuclus_containers_artifacts_dir": None,
         # gpuclus' own table's values for the pinned releases' downloads (test_release_checksums).
         "gpuclus_containers_checksums": known_checksums("4.1.2", "0.24.0"),

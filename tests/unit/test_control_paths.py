@@ -80,6 +80,11 @@ def play_vars(playbook: str, play: int = 0) -> dict[str, Any]:
     return dict(plays[play]["vars"])
 
 
+def role_defaults(role: str, *names: str) -> dict[str, Any]:
+    defaults = yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text())
+    return {name: defaults[name] for name in names}
+
+
 def role_vars(playbook: str, role: str, play: int = 0) -> dict[str, Any]:
     plays = yaml.safe_load((PLAYBOOKS / playbook).read_text())
     return dict(next(entry["vars"] for entry in plays[play]["roles"] if entry["role"] == role))
@@ -105,8 +110,8 @@ containers:
 """
 
 
-def test_render_then_the_containers_play_finds_the_spec_files(tmp_path: Path) -> None:
-    # What render writes for a spec in tmp_path, rendered into rendered/ beside it, read by the play.
+def test_render_then_the_containers_roles_find_the_spec_files(tmp_path: Path) -> None:
+    # What render writes for a spec in tmp_path, rendered into rendered/ beside it, read by the roles' defaults.
     art = tmp_path / "site" / "art"
     art.mkdir(parents=True)
     for name in ("enroot-4.1.2-src.tar.gz", "pyxis-0.24.0-src.tar.gz"):
@@ -120,15 +125,21 @@ def test_render_then_the_containers_play_finds_the_spec_files(tmp_path: Path) ->
     )
     inventory = tmp_path / "rendered" / "inventory"
     inventory.mkdir(parents=True)
-    values = templated(play_vars("containers.yml"), {**group_vars(files), "inventory_dir": str(inventory)})
+    defaults = {
+        **role_defaults("enroot", "enroot_artifacts_dir", "enroot_credentials_file", "enroot_control_cache_dir"),
+        **role_defaults("pyxis", "pyxis_artifacts_dir"),
+    }
+    values = templated(defaults, {**group_vars(files), "inventory_dir": str(inventory)})
     assert values == {
-        "containers_artifacts_dir": str(art),
-        "containers_credentials_file": str(tmp_path / "ngc.credentials"),
-        "containers_cache_dir": str(tmp_path / ".gpuclus" / "cache"),
+        "enroot_artifacts_dir": str(art),
+        "enroot_credentials_file": str(tmp_path / "ngc.credentials"),
+        "enroot_control_cache_dir": str(tmp_path / ".gpuclus" / "cache" / "enroot"),
+        "pyxis_artifacts_dir": str(art),
     }
     unset = {"gpuclus_containers_artifacts_dir": None, "gpuclus_enroot_credentials_file": None}
-    values = templated(play_vars("containers.yml"), {**group_vars(files), **unset, "inventory_dir": str(inventory)})
-    assert values["containers_artifacts_dir"] == values["containers_credentials_file"] == ""
+    values = templated(defaults, {**group_vars(files), **unset, "inventory_dir": str(inventory)})
+    assert values["enroot_artifacts_dir"] == values["enroot_credentials_file"] == ""
+    assert values["pyxis_artifacts_dir"] is None
 
 
 def test_the_pytorch_play_and_the_users_play(tmp_path: Path) -> None:
@@ -169,9 +180,10 @@ def test_no_playbook_or_role_resolves_a_control_path_by_hand() -> None:
         if "gpuclus_control_path(inventory_dir" in path.read_text()
     }
     assert callers == {
-        "playbooks/containers.yml",
         "playbooks/users.yml",
         "playbooks/pytorch.yml",
         "roles/grafana/defaults/main.yml",
         "roles/gpu_metrics/defaults/main.yml",
+        "roles/enroot/defaults/main.yml",
+        "roles/pyxis/defaults/main.yml",
     }

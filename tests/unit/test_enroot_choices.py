@@ -21,6 +21,11 @@ from ansible.template import Templar, trust_as_template
 from role_templates import ROLES, first_found_vars_file, role_templar
 from test_nvidia_driver_choices import OSES, value
 
+from gpuclus.release_files import group_vars_names
+from gpuclus.yamldoc.patterns import ROLE_PATTERNS, ansible_form
+
+ROLE_GROUP_VARS_PATTERNS = {name: ansible_form(pattern) for name, pattern in ROLE_PATTERNS.items()}
+
 ROLE = "enroot"
 RELEASES = "https://github.com/NVIDIA/enroot/releases/download"
 VARS_FILES = {
@@ -32,12 +37,28 @@ VARS_FILES = {
 }
 APT_OSES = ["ubuntu22", "ubuntu24", "debian12", "debian13"]
 SHA = "0123456789abcdef" * 4
-INVENTORY = {"gpuclus_apt_cache_valid_time": 3600, "gpuclus_package_lock_timeout": 60}
+INVENTORY = {
+    "gpuclus_patterns": ROLE_GROUP_VARS_PATTERNS,
+    "gpuclus_apt_cache_valid_time": 3600,
+    "gpuclus_package_lock_timeout": 60,
+    "gpuclus_containers_artifacts_dir": None,
+    "gpuclus_containers_checksums": {},
+    "gpuclus_containers_allow_unverified_downloads": False,
+    "gpuclus_enroot_credentials_file": None,
+    "gpuclus_enroot_credentials_users": [],
+    "gpuclus_control_cache_dir": "/var/tmp/gpuclus-cache",
+}
+
+
+def containers_vars(enroot_version: str) -> dict[str, Any]:
+    """What render writes for this Enroot version: the version and the release files' names."""
+    return {"gpuclus_enroot_version": enroot_version, **group_vars_names(enroot_version, "0.24.0")}
 
 
 def templar(os_name: str, arch: str = "x86_64", **inputs: Any) -> Templar:
     facts = {**OSES[os_name], "architecture": arch}
-    return role_templar(ROLE, VARS_FILES[os_name], facts, **{**INVENTORY, **inputs})
+    rendered = containers_vars(str(inputs.pop("enroot_version", "4.1.2")))
+    return role_templar(ROLE, VARS_FILES[os_name], facts, **{**INVENTORY, **rendered, **inputs})
 
 
 def render_template(t: Templar, name: str) -> str:

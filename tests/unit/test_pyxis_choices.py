@@ -19,6 +19,11 @@ from ansible.template import Templar, trust_as_template
 from role_templates import ROLES, first_found_vars_file, first_refusal, role_templar
 from test_nvidia_driver_choices import OSES, value
 
+from gpuclus.release_files import group_vars_names
+from gpuclus.yamldoc.patterns import ROLE_PATTERNS, ansible_form
+
+ROLE_GROUP_VARS_PATTERNS = {name: ansible_form(pattern) for name, pattern in ROLE_PATTERNS.items()}
+
 ROLE = "pyxis"
 VARS_FILES = {
     "ubuntu22": "Debian.yml",
@@ -36,7 +41,14 @@ DF_TMPFS = (
     "Filesystem     Type  1024-blocks  Used Available Capacity Mounted on\n"
     "tmpfs          tmpfs    12342044    36  12342008       1% /run\n"
 )
-INPUTS = {"pyxis_artifacts_dir": "/work/shared/artifacts", "gpuclus_apt_cache_valid_time": 3600}
+INPUTS = {
+    "gpuclus_patterns": ROLE_GROUP_VARS_PATTERNS,
+    "pyxis_artifacts_dir": "/work/shared/artifacts",
+    "gpuclus_apt_cache_valid_time": 3600,
+    "gpuclus_containers_artifacts_dir": None,
+    "gpuclus_containers_checksums": {},
+    "gpuclus_containers_allow_unverified_downloads": False,
+}
 
 
 def dpkg(**versions: str) -> str:
@@ -78,7 +90,10 @@ CONVERGED = probe(dpkg(slurm_wlm_basic_plugins=DEBIAN_SLURM, libslurm_dev=DEBIAN
 
 
 def templar(os_name: str, **inputs: Any) -> Templar:
-    extra = {**INPUTS, "__pyxis_artifact_stat": {"stat": {"exists": True, "isreg": True, "checksum": SHA}}}
+    # What render writes for the version: the version and its tarball's name (gpuclus/release_files.py).
+    version = str(inputs.pop("pyxis_version", "0.24.0"))
+    rendered = {"gpuclus_pyxis_version": version, **group_vars_names("4.1.2", version)}
+    extra = {**INPUTS, **rendered, "__pyxis_artifact_stat": {"stat": {"exists": True, "isreg": True, "checksum": SHA}}}
     extra.update(inputs)
     return role_templar(ROLE, VARS_FILES[os_name], OSES[os_name], **extra)
 

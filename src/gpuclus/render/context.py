@@ -17,6 +17,7 @@ from typing import Any
 from gpuclus.errors import UsageError
 from gpuclus.gpu_catalog import UNKNOWN, kind_for_model
 from gpuclus.release_checksums import known_checksums
+from gpuclus.release_files import group_vars_names
 from gpuclus.spec.failover import backup_controller, state_save_location
 from gpuclus.spec.hostlist import compress
 from gpuclus.spec.models import ClusterSpec, Containers, Role
@@ -25,6 +26,7 @@ from gpuclus.spec.software import index_url, nccl_environment, requirements, sof
 from gpuclus.spec.topology import Node, Topology, slurm_partitions
 from gpuclus.templating import GENERATED_HEADER
 from gpuclus.users.model import UsersFile
+from gpuclus.yamldoc.patterns import ROLE_PATTERNS, ansible_form
 
 # Inventory groups in the order hosts.yml lists them; roles map one to one.
 ROLE_GROUPS: tuple[tuple[str, str], ...] = (
@@ -196,6 +198,7 @@ def _cluster_vars(spec: ClusterSpec, topology: Topology, controller: Node) -> di
         "gpuclus_apt_cache_valid_time": APT_CACHE_VALID_SECONDS,
         "gpuclus_package_lock_timeout": PACKAGE_LOCK_TIMEOUT_SECONDS,
         "gpuclus_cluster_name": spec.cluster.name,
+        "gpuclus_patterns": {name: ansible_form(pattern) for name, pattern in sorted(ROLE_PATTERNS.items())},
         "gpuclus_admin_user": spec.cluster.admin_user,
         "gpuclus_controller": controller.name,
         "gpuclus_controller_address": controller.address,
@@ -356,6 +359,7 @@ def _containers_vars(spec: ClusterSpec, *, state_dir: str) -> dict[str, Any]:
         "gpuclus_pyxis_install": containers.pyxis,
         "gpuclus_enroot_version": containers.enroot_version,
         "gpuclus_pyxis_version": containers.pyxis_version,
+        **group_vars_names(containers.enroot_version, containers.pyxis_version),
         "gpuclus_containers_artifacts_dir": from_output_dir(containers.artifacts_dir),
         "gpuclus_containers_checksums": _containers_checksums(containers),
         "gpuclus_containers_allow_unverified_downloads": containers.allow_unverified_downloads,

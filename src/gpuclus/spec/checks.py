@@ -812,15 +812,10 @@ def artifacts_dir_missing(view: SpecView) -> list[Finding]:
 
 
 def expected_artifacts(enroot_version: str, pyxis_version: str) -> dict[str, tuple[str, ...]]:
-    """The file name patterns (fnmatch) artifacts_dir must hold one of, per component."""
-    return {
-        "enroot": (
-            f"enroot-{enroot_version}-src.tar.gz",
-            f"enroot_{enroot_version}-1_*.deb",
-            f"enroot-{enroot_version}-1.el8.*.rpm",
-        ),
-        "pyxis": (f"pyxis-{pyxis_version}-src.tar.gz",),
-    }
+    """The file name patterns (fnmatch) artifacts_dir must hold one of, per component (release_files names them)."""
+    from gpuclus.release_files import enroot_artifact_patterns, pyxis_source_file
+
+    return {"enroot": enroot_artifact_patterns(enroot_version), "pyxis": (pyxis_source_file(pyxis_version),)}
 
 
 @_check(*_containers("artifacts_dir", "enroot", "pyxis", "enroot_version", "pyxis_version"))
@@ -960,7 +955,8 @@ def downloads_unverified(view: SpecView) -> list[Finding]:
     Enroot counts as checked with a checksum for any of its release packages of the version (which one a
     node downloads depends on its architecture, unknown here; the role refuses the others at deploy time).
     """
-    from gpuclus.release_checksums import enroot_downloads, known_checksums, pyxis_download
+    from gpuclus.release_checksums import enroot_downloads, known_checksums
+    from gpuclus.release_files import enroot_package_file, pyxis_source_file
 
     containers = view.spec.containers
     if not (containers.enroot or containers.pyxis):
@@ -971,9 +967,11 @@ def downloads_unverified(view: SpecView) -> list[Finding]:
     # Each missing download, with the file name the hint asks a checksum for.
     missing: dict[str, str] = {}
     if containers.enroot and not have & set(enroot_downloads(containers.enroot_version)):
-        missing[f"Enroot {containers.enroot_version}"] = f"enroot_{containers.enroot_version}-1_amd64.deb"
-    if containers.pyxis and pyxis_download(containers.pyxis_version) not in have:
-        missing[f"Pyxis {containers.pyxis_version}"] = pyxis_download(containers.pyxis_version)
+        missing[f"Enroot {containers.enroot_version}"] = enroot_package_file(
+            containers.enroot_version, family="apt", machine="x86_64"
+        )
+    if containers.pyxis and pyxis_source_file(containers.pyxis_version) not in have:
+        missing[f"Pyxis {containers.pyxis_version}"] = pyxis_source_file(containers.pyxis_version)
     if not missing:
         return []
     files = list(missing.values())

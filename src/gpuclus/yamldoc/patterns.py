@@ -104,3 +104,21 @@ PATTERN_RULES = {
     DIRECTORY_GROUP_PATTERN: "is not a group name sssd's access list can hold (letters, digits, '_', '.', '-', "
     "spaces inside; no commas)",
 }
+
+
+# The grammars the roles' preflight asserts share with the spec, by the name they have in group_vars'
+# `gpuclus_patterns` (render writes them into group_vars/all/cluster.yml; a role reads
+# `gpuclus_patterns.<name>` instead of spelling its own copy).
+ROLE_PATTERNS = {
+    "absolute_path": ABSOLUTE_PATH,
+    "release_version": RELEASE_VERSION_PATTERN,
+    "sha256": SHA256_PATTERN,
+}
+
+
+def ansible_form(pattern: str) -> str:
+    """``pattern`` as a role's `is match(...)` must read it: ending in \\Z, since $ also matches before a
+    trailing newline (pydantic's patterns are matched on a str without one; a role's input may carry one)."""
+    if not (pattern.startswith("^") and pattern.endswith("$")):
+        raise ValueError(f"{pattern!r} is not anchored at both ends")
+    return pattern[:-1] + r"\Z"
