@@ -25,7 +25,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuclus.spec.checks import CHECKS, CODES, NODES, PARTITIONS, SpecView, run_checks
+from gpuclus.spec.checks.codes import CODES
+from gpuclus.spec.checks.registry import CHECKS, run_checks
+from gpuclus.spec.checks.view import NODES, PARTITIONS, SpecView
 from gpuclus.spec.load import LoadedSpec, load_spec, load_spec_text
 from gpuclus.yamldoc.findings import Finding, Severity, has_errors, sort_findings
 
@@ -77,7 +79,7 @@ def test_every_code_has_a_fixture_that_triggers_it(code: str) -> None:
     )
     for finding in matching:
         assert finding.message.strip()
-        # Every check in checks.py and every loader finding gives a hint; schema
+        # Every check in spec/checks/ and every loader finding gives a hint; schema
         # findings use the field's description, which all fixtures' fields have.
         assert finding.hint and finding.hint.strip(), f"{code} finding has no hint"
         if finding.line is not None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuclus.spec.checks import CODES
+from gpuclus.spec.checks.codes import CODES
 from gpuclus.spec.load import load_spec, load_spec_text
 from gpuclus.yamldoc.document import (
     MAX_SPEC_BYTES,

@@ -13,7 +13,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuclus.spec.checks import CODES
+from gpuclus.spec.checks.codes import CODES
 from gpuclus.spec.load import LoadedSpec, load_spec_text
 from gpuclus.yamldoc.findings import has_errors
 

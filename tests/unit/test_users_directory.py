@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from gpuclus.cli.main import app
 from gpuclus.render.context import build_context
-from gpuclus.spec.checks import _bind_password_problem
+from gpuclus.spec.checks.users import _bind_password_problem
 from gpuclus.spec.load import load_spec
 
 SECRET = "s3cret-Bind_pw!"

@@ -280,7 +280,7 @@ def test_users_check_prints_each_finding_and_exits_3(tmp_path: Path) -> None:
 def test_the_spec_load_reads_the_users_file_once_and_keeps_what_it_checked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpuclus.spec import checks
+    from gpuclus.spec.checks import users as user_checks
     from gpuclus.spec.load import load_spec
 
     (tmp_path / "users.yaml").write_text(GOOD)
@@ -296,7 +296,7 @@ def test_the_spec_load_reads_the_users_file_once_and_keeps_what_it_checked(
         reads.append(path)
         return load_users(path)
 
-    monkeypatch.setattr(checks, "load_users", counted)
+    monkeypatch.setattr(user_checks, "load_users", counted)
     loaded = load_spec(tmp_path / "cluster.yaml")
     assert loaded.ok and loaded.users is not None
     assert [user.name for user in loaded.users.users] == ["alice", "bob"]

@@ -18,7 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from gpuclus.spec.checks import SpecView, run_checks, skipped_checks
+from gpuclus.spec.checks.registry import run_checks, skipped_checks
+from gpuclus.spec.checks.view import SpecView
 from gpuclus.spec.models import ClusterSpec, NodeEntry
 from gpuclus.spec.topology import Topology, expand_nodes
 from gpuclus.users.model import UsersFile
