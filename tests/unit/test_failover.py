@@ -16,7 +16,7 @@ from gpuclus.spec.load import load_spec_text
 from gpuclus.spec.models import Role
 from gpuclus.ssh.client import CommandResult
 from gpuclus.validate.checks import failover
-from gpuclus.validate.model import Status
+from gpuclus.validate.results import Status
 
 HA = """\
 apiVersion: gpuclus/v1

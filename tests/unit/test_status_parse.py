@@ -6,7 +6,6 @@ import pytest
 from status_fake_ssh import GPU01, HEAD, HEAD_UNITS, recorded
 
 from gpuclus.status import collect
-from gpuclus.status.model import ServiceState, Usage
 from gpuclus.status.parse import (
     Section,
     parse_jobs,
@@ -17,6 +16,7 @@ from gpuclus.status.parse import (
     parse_units,
     skip_reason,
 )
+from gpuclus.status.report import ServiceState, Usage
 
 
 def section(scenario: str, node: str, name: str) -> Section:

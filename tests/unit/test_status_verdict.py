@@ -9,8 +9,8 @@ from status_fake_ssh import GPU01, HEAD, SPEC, FakeSsh
 
 from gpuclus.status import collect, expected, verdict
 from gpuclus.status.collect import NodeAnswer
-from gpuclus.status.model import ClusterStatus, ProblemKind, ServiceState, Usage
 from gpuclus.status.parse import Section
+from gpuclus.status.report import ClusterStatus, ProblemKind, ServiceState, Usage
 
 PASSWORD_FILE = Path("/c/.gpuclus/secrets/grafana_admin_password")
 

@@ -220,7 +220,7 @@ def test_docs_describe_every_field_and_code() -> None:
     from pydantic import BaseModel
 
     from gpuclus.users import checks, load
-    from gpuclus.users.model import UsersFile
+    from gpuclus.users.models import UsersFile
     from gpuclus.yamldoc.schema_findings import first_model
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "users.md").read_text()

@@ -24,8 +24,8 @@ from gpuclus.slurm import session as controller_session
 from gpuclus.ssh.client import CommandResult, SshFailure, SshTarget
 from gpuclus.state import StateDir
 from gpuclus.validate.checks import accounting
-from gpuclus.validate.model import Level
 from gpuclus.validate.registry import STAGES, all_checks
+from gpuclus.validate.results import Level
 
 cli = CliRunner()
 

@@ -48,8 +48,8 @@ from gpuclus.validate.checks.config.survey import (
     timed,
 )
 from gpuclus.validate.context import Context, Options
-from gpuclus.validate.model import Level, NodeResult, Outcome, Status
 from gpuclus.validate.registry import STAGES, all_checks
+from gpuclus.validate.results import Level, NodeResult, Outcome, Status
 from gpuclus.validate.runner import run_checks
 
 KERNEL_SPEC = SANDBOX_SPEC.replace("server_impl: ganesha", "server_impl: kernel")

@@ -68,8 +68,8 @@ from gpuclus.validate.check import Check
 from gpuclus.validate.checks import accounting, cluster, containers, launch, monitoring, storage
 from gpuclus.validate.context import Context, Options
 from gpuclus.validate.junit import junit_xml, write_junit
-from gpuclus.validate.model import CheckResult, Level, NodeResult, Outcome, Status, skipped, worst
 from gpuclus.validate.registry import STAGES, all_checks
+from gpuclus.validate.results import CheckResult, Level, NodeResult, Outcome, Status, skipped, worst
 from gpuclus.validate.runner import Report, run_checks
 
 
@@ -1400,7 +1400,7 @@ def test_pyxis_job_cut_off_or_failing_before_pyxis_says_why() -> None:
 
 
 # =====================================================================================
-# model.py
+# results.py
 # =====================================================================================
 
 

@@ -62,8 +62,8 @@ from gpuclus.validate.checks.gpu.per_gpu import matmul, memory_bandwidth
 from gpuclus.validate.checks.gpu.probe_output import TORCH_HINT, parse_probe_output
 from gpuclus.validate.checks.gpu.scope import FAKE_REASON, NO_GPU_NODES
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import Level, Outcome, Status
 from gpuclus.validate.probes import common, ddp_probe, gpu_probe, nccl_probe
+from gpuclus.validate.results import Level, Outcome, Status
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 

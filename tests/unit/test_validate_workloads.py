@@ -23,8 +23,7 @@ from gpuclus.validate import thresholds
 from gpuclus.validate.checks.workloads import CHECKS
 from gpuclus.validate.checks.workloads.batch import OUTPUT_PATTERN, mpi_job, sbatch_job
 from gpuclus.validate.checks.workloads.env import pytorch_env
-from gpuclus.validate.checks.workloads.plan import ENV_FAILED, PYTORCH_OFF, Plan, workload_plan
-from gpuclus.validate.checks.workloads.results import (
+from gpuclus.validate.checks.workloads.job_output import (
     Expect,
     container_lacks_torch,
     crash_line,
@@ -36,11 +35,12 @@ from gpuclus.validate.checks.workloads.results import (
     parse_marked,
     same_release,
 )
+from gpuclus.validate.checks.workloads.placement import ENV_FAILED, PYTORCH_OFF, Plan, workload_plan
 from gpuclus.validate.checks.workloads.scaling import CPU_CAUSE, ONE_NODE, judge_scaling, scaling, scaling_hint
 from gpuclus.validate.checks.workloads.training import container, ddp, fsdp
 from gpuclus.validate.context import Options
-from gpuclus.validate.model import Level, Outcome, Status
 from gpuclus.validate.registry import all_checks, select
+from gpuclus.validate.results import Level, Outcome, Status
 
 # The sandbox with the node-local CPU env the sandbox's wheelhouse gives it.
 NODE_LOCAL = SANDBOX_SPEC + "pytorch:\n  install: true\n  location: node-local\n  flavour: cpu\n"

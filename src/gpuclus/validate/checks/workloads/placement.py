@@ -17,7 +17,7 @@ from gpuclus.spec.models import ClusterSpec, Role
 from gpuclus.spec.software import JOB_ENV_FILE, SoftwareLayout, software_layout
 from gpuclus.spec.topology import Node
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import NodeResult, Outcome, Status, skipped
+from gpuclus.validate.results import NodeResult, Outcome, Status, skipped
 
 PYTORCH_OFF = "pytorch.install is off in the spec"
 EXAMPLES_OFF = "pytorch.examples is off in the spec: no job templates on the nodes"

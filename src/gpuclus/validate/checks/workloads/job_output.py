@@ -17,7 +17,7 @@ from typing import Any
 from gpuclus.slurm import commands as slurm
 from gpuclus.slurm.remote import TIMED_OUT
 from gpuclus.ssh.client import CommandResult
-from gpuclus.validate.model import Status
+from gpuclus.validate.results import Status
 
 MARKER = "GPUCLUS_RESULT"
 ENV_MARKER = "GPUCLUS_ENV"
