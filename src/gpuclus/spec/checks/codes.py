@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpuclus.yamldoc.findings import Severity
 
 # Every finding code gpuclus can report, with its level and a one-line summary.
-# docs/spec.md lists them and tests/unit/test_checks.py keeps a fixture for each.
+# docs/spec.md lists them and tests/unit/spec/test_checks.py keeps a fixture for each.
 CODES: dict[str, tuple[Severity, str]] = {
     # Reading the file
     "empty-file": (Severity.ERROR, "the file is empty or holds only comments"),
