@@ -1,4 +1,4 @@
-"""A stand-in for srun, for running the job templates' scripts on this machine (tests/unit/test_job_templates.py).
+"""A stand-in for srun, for running the job templates' scripts on this machine (tests/unit/roles/test_job_templates.py).
 
 Invoked as ``srun [--option=value ...] COMMAND [ARGS...]``: it appends its
 arguments as one JSON line to $FAKE_SRUN_LOG, then (unless FAKE_SRUN_RUN=0)

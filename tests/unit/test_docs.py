@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from gpuclus.cli.main import app
 from gpuclus.cli.spec import deploy_refusals
-from gpuclus.spec.checks import CODES
+from gpuclus.spec.checks.codes import CODES
 from gpuclus.spec.load import load_spec
 from gpuclus.spec.models import ClusterSpec, Containers
 from gpuclus.yamldoc.findings import Severity

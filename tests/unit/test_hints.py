@@ -49,8 +49,8 @@ from gpuclus.slurm.session import controller_hint, require_slurm
 from gpuclus.ssh.client import SshFailure, SshTarget
 from gpuclus.state import StateDir
 from gpuclus.validate.checks import accounting, cluster, launch, monitoring, storage
-from gpuclus.validate.model import Level, Status
 from gpuclus.validate.registry import all_checks
+from gpuclus.validate.results import Level, Status
 from gpuclus.validate.runner import run_checks
 
 cli = CliRunner()

@@ -206,7 +206,7 @@ def test_the_sources_read_here_are_the_ones_the_code_uses() -> None:
     ("source", "module", "found"),
     [
         ("def f():\n    from gpuclus.cli.main import app\n", "gpuclus.spec.load", "gpuclus.cli.main"),
-        ("from ..users import load\n", "gpuclus.spec.checks", "gpuclus.users.load"),
+        ("from ...users import load\n", "gpuclus.spec.checks.users", "gpuclus.users.load"),
         ("from . import hostlist\n", "gpuclus.spec", "gpuclus.spec.hostlist"),
         ("import typer.core\n", "gpuclus.deploy.pipeline", "typer.core"),
         ("class A:\n    def f(self):\n        from gpuclus import errors\n", "gpuclus.ssh.client", "gpuclus.errors"),

@@ -22,7 +22,7 @@ from test_pyxis_choices import templar as pyxis_templar
 from gpuclus import release_files
 from gpuclus.release_checksums import enroot_downloads, known_checksums
 from gpuclus.render.files import GROUP_VARS_DIR, render_files
-from gpuclus.spec.checks import expected_artifacts
+from gpuclus.spec.checks.containers import expected_artifacts
 from gpuclus.spec.load import load_spec_text
 from gpuclus.yamldoc.patterns import RELEASE_FILE_PATTERN
 

@@ -18,7 +18,7 @@ from gpuclus.output import Output
 if TYPE_CHECKING:
     from gpuclus.spec.load import LoadedSpec
     from gpuclus.state import StateDir
-    from gpuclus.status.model import ClusterStatus
+    from gpuclus.status.report import ClusterStatus
 
 DEFAULT_INTERVAL = 5.0
 MIN_INTERVAL = 1.0

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuclus.status.expected import ALERTMANAGER, GRAFANA, NODE_EXPORTER
-from gpuclus.status.model import ClusterStatus, NodeStatus, Service, ServiceState
+from gpuclus.status.report import ClusterStatus, NodeStatus, Service, ServiceState
 
 _SERVICE_STYLE = {ServiceState.ACTIVE: "green", ServiceState.SKIPPED: "yellow", ServiceState.UNKNOWN: "dim"}
 _JOB_ORDER = ("running", "pending")

@@ -101,8 +101,8 @@ def validate(
     for an invalid spec, 4 when the controller cannot be reached or refuses
     the login, 130 when interrupted.
     """
-    from gpuclus.validate.model import Level
     from gpuclus.validate.registry import all_checks, select
+    from gpuclus.validate.results import Level
 
     out = Output(json_mode=json_mode)
     with handled(out):

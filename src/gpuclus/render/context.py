@@ -25,7 +25,7 @@ from gpuclus.spec.slurm_time import wall_minutes
 from gpuclus.spec.software import index_url, nccl_environment, requirements, software_layout
 from gpuclus.spec.topology import Node, Topology, slurm_partitions
 from gpuclus.templating import GENERATED_HEADER
-from gpuclus.users.model import UsersFile
+from gpuclus.users.models import UsersFile
 from gpuclus.yamldoc.patterns import ROLE_PATTERNS, ansible_form
 
 # Inventory groups in the order hosts.yml lists them; roles map one to one.

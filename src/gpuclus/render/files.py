@@ -13,7 +13,7 @@ from gpuclus.render.context import build_context
 from gpuclus.spec.models import ClusterSpec
 from gpuclus.spec.topology import Topology
 from gpuclus.templating import render_template
-from gpuclus.users.model import UsersFile
+from gpuclus.users.models import UsersFile
 
 GROUP_VARS_DIR = "inventory/group_vars/all"
 ANSIBLE_CFG = "ansible.cfg"

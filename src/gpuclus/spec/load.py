@@ -18,10 +18,11 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from gpuclus.spec.checks import SpecView, run_checks, skipped_checks
+from gpuclus.spec.checks.registry import run_checks, skipped_checks
+from gpuclus.spec.checks.view import SpecView
 from gpuclus.spec.models import ClusterSpec, NodeEntry
 from gpuclus.spec.topology import Topology, expand_nodes
-from gpuclus.users.model import UsersFile
+from gpuclus.users.models import UsersFile
 from gpuclus.yamldoc.document import API_VERSION, SpecDocument, load_document, parse_spec_text
 from gpuclus.yamldoc.findings import Finding, Loc, error, has_errors, sort_findings
 from gpuclus.yamldoc.schema_findings import first_model, meant_key, schema_finding

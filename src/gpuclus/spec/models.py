@@ -1,7 +1,7 @@
 """The cluster spec, v1: pydantic models for structure and types.
 
 Meaning across fields (one controller, partitions naming real nodes, ...) is
-checked in ``checks.py``, which reports every problem at once with a code and
+checked in the ``checks`` package, which reports every problem at once with a code and
 a hint. The field descriptions here feed ``gpuclus spec schema`` and
 docs/spec.md, so keep them written for a cluster admin.
 """

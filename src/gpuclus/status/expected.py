@@ -12,7 +12,7 @@ from pathlib import Path
 from gpuclus.spec.models import ClusterSpec
 from gpuclus.spec.services import services_for
 from gpuclus.spec.topology import Node, Topology
-from gpuclus.status.model import Urls
+from gpuclus.status.report import Urls
 
 PROMETHEUS_PORT = 9090
 GRAFANA_PORT = 3000

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from gpuclus.slurm.commands import NodeState, gres_gpu_total, parse_gres, parse_key_values, parse_nodes
-from gpuclus.status.model import Job, PartitionInfo, ServiceState, SlurmNode, Target, Usage
+from gpuclus.status.report import Job, PartitionInfo, ServiceState, SlurmNode, Target, Usage
 
 # Each command of a node's script starts with a marker line and ends with one giving its exit status.
 SECTION = "@@gpuclus-status:"

@@ -12,7 +12,7 @@ from gpuclus.hints import gpuclus_command
 from gpuclus.secret_files import Secrets
 from gpuclus.state import StateDir
 from gpuclus.status import collect, expected, verdict
-from gpuclus.status.model import ClusterStatus
+from gpuclus.status.report import ClusterStatus
 
 if TYPE_CHECKING:
     from gpuclus.spec.load import LoadedSpec

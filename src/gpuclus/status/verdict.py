@@ -20,7 +20,16 @@ from gpuclus.ssh.client import CommandResult
 from gpuclus.status import collect
 from gpuclus.status.collect import NodeAnswer
 from gpuclus.status.expected import GRAFANA, NODE_EXPORTER, PROMETHEUS, NodePlan
-from gpuclus.status.model import (
+from gpuclus.status.parse import (
+    Section,
+    parse_jobs,
+    parse_partitions,
+    parse_slurm_nodes,
+    parse_targets,
+    parse_units,
+    skip_reason,
+)
+from gpuclus.status.report import (
     NO_USAGE,
     ClusterStatus,
     Job,
@@ -36,15 +45,6 @@ from gpuclus.status.model import (
     SlurmNode,
     Target,
     Urls,
-)
-from gpuclus.status.parse import (
-    Section,
-    parse_jobs,
-    parse_partitions,
-    parse_slurm_nodes,
-    parse_targets,
-    parse_units,
-    skip_reason,
 )
 
 # Job states always present in the counts, 0 included.

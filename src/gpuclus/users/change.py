@@ -15,7 +15,7 @@ from pathlib import Path
 from gpuclus.errors import SpecInvalidError, UsageError
 from gpuclus.users.edit import UsersEditError, add_user, mark_removed
 from gpuclus.users.load import load_users_text
-from gpuclus.users.model import ID_MAX, User, UsersFile
+from gpuclus.users.models import ID_MAX, User, UsersFile
 from gpuclus.yamldoc.findings import Severity
 
 # Ids `users add` picks from when none is given: above the common

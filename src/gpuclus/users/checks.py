@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from gpuclus.users.model import UsersFile
+from gpuclus.users.models import UsersFile
 from gpuclus.users.sshkeys import key_problem
 from gpuclus.yamldoc.findings import Finding, Loc, error, warning
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from gpuclus.users.checks import run_checks
-from gpuclus.users.model import USERS_KIND, UsersFile
+from gpuclus.users.models import USERS_KIND, UsersFile
 from gpuclus.yamldoc.document import API_VERSION, SpecDocument, SpecFileError, parse_spec_text, read_spec_text
 from gpuclus.yamldoc.findings import Finding, error, has_errors, sort_findings
 from gpuclus.yamldoc.schema_findings import meant_key, schema_finding

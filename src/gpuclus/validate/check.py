@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import Level, Outcome
+from gpuclus.validate.results import Level, Outcome
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from gpuclus.slurm.remote import TIMED_OUT, Remote
 from gpuclus.spec.models import ClusterSpec, Containers, Role
 from gpuclus.spec.topology import Node, SlurmPartition, Topology, slurm_partitions
 from gpuclus.ssh.client import CommandResult
-from gpuclus.validate.model import NodeResult, Status
+from gpuclus.validate.results import NodeResult, Status
 
 
 @dataclass(frozen=True)

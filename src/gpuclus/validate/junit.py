@@ -10,8 +10,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from gpuclus.fileio import write_text_atomic
-from gpuclus.validate.model import CheckResult, Status
 from gpuclus.validate.registry import STAGES
+from gpuclus.validate.results import CheckResult, Status
 from gpuclus.validate.runner import Report
 
 

@@ -20,7 +20,7 @@ from gpuclus.validate.checks import (
     storage,
     workloads,
 )
-from gpuclus.validate.model import Level
+from gpuclus.validate.results import Level
 
 # Each stage's checks, stages in run order.
 _STAGE_CHECKS: dict[str, list[Check]] = {

@@ -28,7 +28,7 @@ from gpuclus.ssh.client import SshFailure
 from gpuclus.state import StateDir
 from gpuclus.validate.check import Check
 from gpuclus.validate.context import Context, Options
-from gpuclus.validate.model import CheckResult, Level, Outcome, Status
+from gpuclus.validate.results import CheckResult, Level, Outcome, Status
 
 Progress = Callable[[Check, CheckResult | None], None]  # called before (None) and after each check
 

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 
 from gpuclus.spec.models import Fabric
-from gpuclus.validate.model import Status
+from gpuclus.validate.results import Status
 
 # --- single-GPU probes (matmul, memory bandwidth) -----------------------------
 

@@ -7,7 +7,7 @@ import time
 
 from gpuclus.validate.check import Check
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import Level, Outcome, Status, skipped
+from gpuclus.validate.results import Level, Outcome, Status, skipped
 
 # slurmctld sends finished jobs to slurmdbd in the background: rows appear
 # a few seconds after a job ends.

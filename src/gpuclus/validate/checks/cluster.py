@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpuclus.slurm import commands as slurm
 from gpuclus.validate.check import Check
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import Level, NodeResult, Outcome, Status
+from gpuclus.validate.results import Level, NodeResult, Outcome, Status
 
 USABLE = "idle|mixed|allocated"
 RESUME_HINT = "fix the cause, then `sudo scontrol update nodename=NODE state=resume` on the controller"

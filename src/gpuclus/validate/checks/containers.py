@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpuclus.validate.check import Check
 from gpuclus.validate.checks import container_probe
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import Level, NodeResult, Outcome, Status, skipped
+from gpuclus.validate.results import Level, NodeResult, Outcome, Status, skipped
 
 # Enroot pulls the image on first use: minutes on a slow link, seconds after.
 PULL_TIME_LIMIT_S = 600

@@ -22,7 +22,7 @@ from gpuclus.slurm import commands as slurm
 from gpuclus.spec.failover import backup_controller
 from gpuclus.validate.check import Check
 from gpuclus.validate.context import Context, ssh_line
-from gpuclus.validate.model import Level, NodeResult, Outcome, Status, skipped
+from gpuclus.validate.results import Level, NodeResult, Outcome, Status, skipped
 
 # How long the backup may take to answer as the controller after `scontrol takeover`, and the
 # primary to take control back after it starts; both take a few seconds on the sandbox.

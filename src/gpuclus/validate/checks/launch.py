@@ -12,7 +12,7 @@ from gpuclus.spec.topology import Node
 from gpuclus.ssh.client import CommandResult
 from gpuclus.validate.check import Check
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import Level, NodeResult, Outcome, Status, skipped
+from gpuclus.validate.results import Level, NodeResult, Outcome, Status, skipped
 
 # A credential made on the controller, decoded on the node through SSH (not
 # Slurm: when munge is broken, Slurm cannot start the job that would test it).

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuclus.validate.check import Check
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import Level, NodeResult, Outcome, Status, skipped, worst
+from gpuclus.validate.results import Level, NodeResult, Outcome, Status, skipped, worst
 
 if TYPE_CHECKING:
     from gpuclus.ssh.client import CommandResult

@@ -10,7 +10,7 @@ from gpuclus.spec.topology import Node
 from gpuclus.ssh.client import CommandResult
 from gpuclus.validate.check import Check
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import Level, NodeResult, Outcome, Status, skipped
+from gpuclus.validate.results import Level, NodeResult, Outcome, Status, skipped
 
 # Kernels without an NFS client (the sandbox's containers share such a
 # kernel) cannot mount the export at all; there the export is read over the

@@ -20,7 +20,7 @@ from gpuclus.validate.checks.config.files import files_agree
 from gpuclus.validate.checks.config.mounts import exports_mounted
 from gpuclus.validate.checks.config.names import names_resolve
 from gpuclus.validate.checks.config.services import services_running
-from gpuclus.validate.model import Level
+from gpuclus.validate.results import Level
 
 # Every check reads the same survey, so the cheap ones cost nothing more: all but the mounts are quick
 # (the mounts may wait for a hung NFS server, up to MOUNT_TOUCH_S per mount point). None needs Slurm

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from gpuclus.validate.checks.config.survey import ClockSample, NodeSurvey, outcome, survey, unsurveyed
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import NodeResult, Outcome, Status, skipped
+from gpuclus.validate.results import NodeResult, Outcome, Status, skipped
 
 CHECK_ID = "config.clock"
 # munge refuses a credential whose timestamp is off by more than its TTL (300 s by default), so Slurm

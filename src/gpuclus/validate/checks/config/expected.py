@@ -37,8 +37,8 @@ from gpuclus.yamldoc.grammar import full_match
 # (or by a partial deploy since), which breaks a tie between two copies.
 DEPLOY_STAMP = "/var/lib/gpuclus/deployed.json"
 
-# Content check of one node's copy: (the file's text, the node holding it) -> what differs from the spec.
-SpecCheck = Callable[[str, Node], list[str]]
+# A judge of one node's copy: (the file's text, the node holding it) -> what differs from the spec.
+ContentJudge = Callable[[str, Node], list[str]]
 # Which copies must be identical: a key per node (its survey says whether it runs in a container);
 # None: the node's copy has no peer and is compared with the spec only.
 PeerGroup = Callable[[Node, bool], str | None]
@@ -53,8 +53,8 @@ class FileRule:
     root_only: bool = False  # read with `sudo -n` (the admin user cannot)
     secret: bool = False  # hashed with a salt of this run; neither its content nor its hash is ever shown
     names_its_node: bool = False  # the node's own name is in it: blanked before hashing
-    shown_on: frozenset[str] = frozenset()  # nodes that also print it, for spec_check
-    spec_check: SpecCheck | None = None
+    shown_on: frozenset[str] = frozenset()  # nodes that also print it, for its judge
+    judge: ContentJudge | None = None  # its content against the spec
 
     @property
     def path(self) -> str:
@@ -78,19 +78,19 @@ def file_rules(spec: ClusterSpec, topology: Topology) -> list[FileRule]:
     compute = tuple(node.name for node in topology.compute)
     rules = [
         FileRule("hosts", ("/etc/hosts",), every, _everyone, shown_on=frozenset({controller.name}),
-                 spec_check=lambda text, node: hosts_problems(text, topology)),
+                 judge=lambda text, node: hosts_problems(text, topology)),
         FileRule("slurm.conf", ("/etc/slurm/slurm.conf",), slurm_nodes, _everyone,
                  shown_on=frozenset({controller.name}),
-                 spec_check=lambda text, node: slurm_conf_problems(text, spec, topology)),
+                 judge=lambda text, node: slurm_conf_problems(text, spec, topology)),
         FileRule("munge.key", ("/etc/munge/munge.key",), slurm_nodes, _everyone, root_only=True, secret=True),
         FileRule("cgroup.conf", ("/etc/slurm/cgroup.conf",), compute, _everyone),
         FileRule("gres.conf", ("/etc/slurm/gres.conf",), compute, _same_gpus, names_its_node=True,
-                 shown_on=frozenset(compute), spec_check=gres_conf_problems),
+                 shown_on=frozenset(compute), judge=gres_conf_problems),
         # roles/base/vars: Debian and Ubuntu, then the RedHat family.
         FileRule("chrony.conf", ("/etc/chrony/chrony.conf", "/etc/chrony.conf"), every,
                  lambda node, in_container: _chrony_group(node, in_container, controller.name),
                  shown_on=frozenset(every),
-                 spec_check=lambda text, node: chrony_problems(text, node, topology)),
+                 judge=lambda text, node: chrony_problems(text, node, topology)),
         FileRule("chrony.options", ("/etc/default/chrony", "/etc/sysconfig/chronyd"), every,
                  lambda node, in_container: "in a container" if in_container else "not in a container"),
     ]  # fmt: skip
@@ -105,7 +105,7 @@ def file_rules(spec: ClusterSpec, topology: Topology) -> list[FileRule]:
                 (server.name,),
                 _own,
                 shown_on=frozenset({server.name}),
-                spec_check=lambda text, node: exports_problems(text, spec, kernel=kernel),
+                judge=lambda text, node: exports_problems(text, spec, kernel=kernel),
             )
         )
     return rules

@@ -33,7 +33,7 @@ from gpuclus.validate.checks.config.survey import (
     unsurveyed,
 )
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import NodeResult, Outcome, Status
+from gpuclus.validate.results import NodeResult, Outcome, Status
 
 CHECK_ID = "config.files"
 # How many nodes a message names before it only counts the rest.
@@ -175,7 +175,7 @@ def _node_problems(
             # Neither the key nor its hash: only that it is not the controller's.
             return [f"{path} differs from the controller's ({controller})" + after]
         found.append(f"{path} differs from {reference.said}" + after)
-    if rule.spec_check is None:
+    if rule.judge is None:
         return found
     # Its own text where it printed one (then also what a differing copy gets wrong), else the
     # reference's, which its copy equals.
@@ -183,7 +183,7 @@ def _node_problems(
     if shown is None and not found:
         shown = next((answered[name].contents.get(rule.key) for name in reference.holders), None)
     if shown is not None:
-        found += [f"{path} {problem}" for problem in rule.spec_check(shown, node)]
+        found += [f"{path} {problem}" for problem in rule.judge(shown, node)]
     return found
 
 

@@ -22,7 +22,7 @@ from gpuclus.validate.checks.config.survey import (
     unsurveyed,
 )
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import NodeResult, Outcome, Status, skipped
+from gpuclus.validate.results import NodeResult, Outcome, Status, skipped
 
 CHECK_ID = "config.mounts"
 NFS_TYPES = frozenset({"nfs", "nfs4"})

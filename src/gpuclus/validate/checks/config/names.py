@@ -14,7 +14,7 @@ from gpuclus.spec.topology import Node, Topology
 from gpuclus.validate.checks.config.expected import is_ipv4
 from gpuclus.validate.checks.config.survey import NodeSurvey, deploy_hint, in_spec_order, outcome, survey, unsurveyed
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import NodeResult, Outcome, Status
+from gpuclus.validate.results import NodeResult, Outcome, Status
 
 CHECK_ID = "config.names"
 

@@ -15,7 +15,7 @@ from gpuclus.spec.services import Service
 from gpuclus.validate.checks.config.expected import ServicePlan, services_for
 from gpuclus.validate.checks.config.survey import NodeSurvey, deploy_hint, in_spec_order, outcome, survey, unsurveyed
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import NodeResult, Outcome, Status
+from gpuclus.validate.results import NodeResult, Outcome, Status
 
 CHECK_ID = "config.services"
 # UnitFileState values under which a unit starts at boot or with what pulls it in

@@ -30,7 +30,7 @@ from gpuclus.ssh.client import CommandResult
 from gpuclus.validate.checks.config import expected
 from gpuclus.validate.checks.config.expected import DEPLOY_STAMP, FileRule, Mount
 from gpuclus.validate.context import Context, ssh_failure
-from gpuclus.validate.model import NodeResult, Outcome, Status
+from gpuclus.validate.results import NodeResult, Outcome, Status
 
 MEMO_KEY = "config.survey"
 # Clock exchanges per node; the one with the shortest round trip is kept.

@@ -19,7 +19,7 @@ from gpuclus.validate.checks.gpu.isolation import isolation
 from gpuclus.validate.checks.gpu.nccl import nccl_all_reduce
 from gpuclus.validate.checks.gpu.nvidia_smi import driver_versions, nvidia_smi_inventory
 from gpuclus.validate.checks.gpu.per_gpu import matmul, memory_bandwidth
-from gpuclus.validate.model import Level
+from gpuclus.validate.results import Level
 
 CHECKS = [
     Check(

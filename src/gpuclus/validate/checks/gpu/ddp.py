@@ -13,7 +13,7 @@ from gpuclus.validate import probes, thresholds
 from gpuclus.validate.checks.gpu.probe_output import CUDA_HINT, CUDA_UNAVAILABLE, parse_probe_output, probe_error
 from gpuclus.validate.checks.gpu.scope import Scope, on_gpu_nodes
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import Outcome, Status
+from gpuclus.validate.results import Outcome, Status
 
 # Slurm's --time for the training job.
 _DDP_TIME_S = 300

@@ -10,7 +10,7 @@ from gpuclus.validate.checks.gpu.hints import DRIVER_HINT, LAUNCH_HINT, join_hin
 from gpuclus.validate.checks.gpu.nvidia_smi import NO_SMI
 from gpuclus.validate.checks.gpu.scope import SHORT_JOB_S, Scope, on_gpu_nodes
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import NodeResult, Outcome, Status
+from gpuclus.validate.results import NodeResult, Outcome, Status
 
 _ISOLATION_COMMAND = (
     'echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-<unset>}"; '

@@ -21,7 +21,7 @@ from gpuclus.validate.checks.gpu.hints import join_hints
 from gpuclus.validate.checks.gpu.probe_output import CUDA_HINT, parse_probe_output, probe_error
 from gpuclus.validate.checks.gpu.scope import SHORT_JOB_S, Scope, all_gpus, on_gpu_nodes
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import NodeResult, Outcome, Status, worst
+from gpuclus.validate.results import NodeResult, Outcome, Status, worst
 
 _MEMO_NCCL_TOOLS = "gpu.nccl-tools"
 # Slurm's --time for one all-reduce job.

@@ -49,7 +49,7 @@ from gpuclus.validate.checks.gpu.driver_state import (
 from gpuclus.validate.checks.gpu.hints import DRIVER_HINT, LAUNCH_HINT, REBOOT_HINT, join_hints
 from gpuclus.validate.checks.gpu.scope import SHORT_JOB_S, Scope, all_gpus, on_gpu_nodes
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import NodeResult, Outcome, Status
+from gpuclus.validate.results import NodeResult, Outcome, Status
 
 # Printed instead of nvidia-smi's output when the node has no nvidia-smi at all.
 NO_SMI = "GPUCLUS_NO_NVIDIA_SMI"

@@ -16,7 +16,7 @@ from gpuclus.validate.checks.gpu.hints import join_hints
 from gpuclus.validate.checks.gpu.probe_output import CUDA_HINT, CUDA_UNAVAILABLE, parse_probe_output, probe_error
 from gpuclus.validate.checks.gpu.scope import Scope, all_gpus, on_gpu_nodes
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import NodeResult, Outcome, Status, worst
+from gpuclus.validate.results import NodeResult, Outcome, Status, worst
 
 # Slurm's --time: torch import from NFS + 2-4 s per GPU for up to 8 GPUs.
 _PROBE_TIME_S = 240

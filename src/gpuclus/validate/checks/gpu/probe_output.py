@@ -15,7 +15,7 @@ from gpuclus.slurm import commands as slurm
 from gpuclus.slurm.remote import TIMED_OUT
 from gpuclus.ssh.client import CommandResult
 from gpuclus.validate import probes
-from gpuclus.validate.model import Status
+from gpuclus.validate.results import Status
 
 TORCH_HINT = "install python3-torch or PyTorch with CUDA for the performance probes"
 CUDA_UNAVAILABLE = "PyTorch cannot use the GPUs (torch.cuda.is_available() is false)"

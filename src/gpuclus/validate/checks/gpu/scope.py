@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from gpuclus.spec.topology import Node
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import NodeResult, Outcome, Status, skipped
+from gpuclus.validate.results import NodeResult, Outcome, Status, skipped
 
 FAKE_REASON = "fake GPUs (gpus.fake: true): no driver, nothing to measure"
 NO_GPU_NODES = "no GPU nodes selected"

@@ -9,8 +9,8 @@ one node to all. Without usable GPUs (fake ones, CPU nodes) the templates
 train on CPU with gloo, and the messages say so. docs/validate.md explains
 each rule.
 
-One module per check family: ``plan`` decides the nodes and the command
-lines, ``results`` judges what the jobs printed (pure functions), ``env``,
+One module per check family: ``placement`` decides the nodes and the command
+lines, ``job_output`` judges what the jobs printed (pure functions), ``env``,
 ``training``, ``batch`` and ``scaling`` are the checks.
 """
 
@@ -21,7 +21,7 @@ from gpuclus.validate.checks.workloads.batch import mpi_job, sbatch_job
 from gpuclus.validate.checks.workloads.env import pytorch_env
 from gpuclus.validate.checks.workloads.scaling import scaling
 from gpuclus.validate.checks.workloads.training import container, ddp, fsdp
-from gpuclus.validate.model import Level
+from gpuclus.validate.results import Level
 
 CHECKS = [
     Check("workloads.env", Level.FULL, "the PyTorch env imports torch and numpy on every compute node", pytorch_env),

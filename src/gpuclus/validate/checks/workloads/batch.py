@@ -28,15 +28,7 @@ from gpuclus.spec.models import ClusterSpec, Role
 from gpuclus.spec.software import SoftwareLayout
 from gpuclus.spec.topology import Node
 from gpuclus.ssh.client import CommandResult
-from gpuclus.validate.checks.workloads.plan import (
-    DDP_SBATCH,
-    MPI_SBATCH,
-    TRAIN_TIME_S,
-    Plan,
-    holds_templates,
-    workload_plan,
-)
-from gpuclus.validate.checks.workloads.results import (
+from gpuclus.validate.checks.workloads.job_output import (
     MPI_PACKAGES,
     Expect,
     crash_line,
@@ -44,9 +36,17 @@ from gpuclus.validate.checks.workloads.results import (
     judge_mpi,
     mpi_missing,
 )
+from gpuclus.validate.checks.workloads.placement import (
+    DDP_SBATCH,
+    MPI_SBATCH,
+    TRAIN_TIME_S,
+    Plan,
+    holds_templates,
+    workload_plan,
+)
 from gpuclus.validate.checks.workloads.training import outcome, train_hint
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import Outcome, Status
+from gpuclus.validate.results import Outcome, Status
 
 RUNS_DIR = ".gpuclus-validate"
 # The templates' `#SBATCH --output=%x-%j.out`: job name and job id, in the working directory.

@@ -14,7 +14,8 @@ from gpuclus.spec.software import SoftwareLayout, software_layout
 from gpuclus.spec.topology import Node
 from gpuclus.ssh.client import CommandResult
 from gpuclus.validate.checks.gpu.probe_output import CUDA_HINT
-from gpuclus.validate.checks.workloads.plan import (
+from gpuclus.validate.checks.workloads.job_output import ENV_MARKER, crash_line, parse_marked, same_release
+from gpuclus.validate.checks.workloads.placement import (
     DEPLOY_HINT,
     ENV_FAILED_MEMO,
     LAUNCHER,
@@ -22,9 +23,8 @@ from gpuclus.validate.checks.workloads.plan import (
     layout_skip,
     uses_gpus,
 )
-from gpuclus.validate.checks.workloads.results import ENV_MARKER, crash_line, parse_marked, same_release
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import NodeResult, Outcome, Status, skipped
+from gpuclus.validate.results import NodeResult, Outcome, Status, skipped
 
 # argv[1]: the launcher's path, or "" when the spec installs no templates.
 _PROBE = f"""

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from gpuclus.spec.models import ClusterSpec, Fabric
 from gpuclus.spec.software import nccl_environment
 from gpuclus.validate import thresholds
-from gpuclus.validate.checks.workloads.plan import workload_plan
+from gpuclus.validate.checks.workloads.placement import workload_plan
 from gpuclus.validate.checks.workloads.training import run_ddp, train_hint, where
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import Outcome, Status
+from gpuclus.validate.results import Outcome, Status
 
 ONE_NODE = "one compute node: nothing to scale"
 CPU_CAUSE = (

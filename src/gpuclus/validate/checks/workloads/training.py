@@ -11,7 +11,8 @@ import shlex
 from dataclasses import replace
 
 from gpuclus.validate.checks.containers import PULL_TIME_LIMIT_S
-from gpuclus.validate.checks.workloads.plan import (
+from gpuclus.validate.checks.workloads.job_output import Expect, Verdict, container_lacks_torch, judge_job
+from gpuclus.validate.checks.workloads.placement import (
     LAUNCHER,
     TRAIN_DDP,
     TRAIN_FSDP,
@@ -20,9 +21,8 @@ from gpuclus.validate.checks.workloads.plan import (
     train_command,
     workload_plan,
 )
-from gpuclus.validate.checks.workloads.results import Expect, Verdict, container_lacks_torch, judge_job
 from gpuclus.validate.context import Context
-from gpuclus.validate.model import Outcome, Status, skipped
+from gpuclus.validate.results import Outcome, Status, skipped
 
 FSDP_CPU_RANKS = 2
 

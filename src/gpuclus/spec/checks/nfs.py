@@ -1,0 +1,77 @@
+"""NFS: exports need one server node, a server needs exports, and no path or mount point is used twice."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from gpuclus.spec.checks.view import EXPORTS, NODES, RegisteredCheck, SpecView, node_loc, registrar
+from gpuclus.spec.models import Role
+from gpuclus.yamldoc.findings import Finding, error, warning
+
+CHECKS: list[RegisteredCheck] = []
+_check = registrar(CHECKS)
+
+
+@_check(EXPORTS, NODES)
+def nfs_server_missing(view: SpecView) -> list[Finding]:
+    if not view.spec.nfs.exports or view.topology.with_role(Role.NFS_SERVER):
+        return []
+    return [
+        error(
+            "nfs-server-missing",
+            "nfs.exports is set but no node has the nfs_server role",
+            ("nfs", "exports"),
+            hint="add 'nfs_server' to the roles of the node that holds the data (often the controller)",
+        )
+    ]
+
+
+@_check()
+def nfs_servers_multiple(view: SpecView) -> list[Finding]:
+    servers = view.topology.with_role(Role.NFS_SERVER)
+    if len(servers) < 2:
+        return []
+    return [
+        error(
+            "nfs-server-multiple",
+            f"{len(servers)} nodes have the nfs_server role ({', '.join(n.name for n in servers)}); "
+            "gpuclus v1 supports one",
+            node_loc(servers[1].entry, "roles"),
+            hint="keep 'nfs_server' on one node",
+        )
+    ]
+
+
+@_check(EXPORTS)
+def nfs_server_without_exports(view: SpecView) -> list[Finding]:
+    servers = view.topology.with_role(Role.NFS_SERVER)
+    if not servers or view.spec.nfs.exports:
+        return []
+    return [
+        warning(
+            "nfs-server-without-exports",
+            f"node {servers[0].name!r} has the nfs_server role but nfs.exports is empty",
+            node_loc(servers[0].entry, "roles"),
+            hint="list the shared directories under nfs.exports (e.g. [/shared]) or drop the role",
+        )
+    ]
+
+
+@_check(EXPORTS)
+def duplicate_exports(view: SpecView) -> list[Finding]:
+    findings: list[Finding] = []
+    exports = view.spec.nfs.exports
+    for attribute, label in (("path", "exported"), ("mount_point", "mounted")):
+        counts = Counter(getattr(export, attribute) for export in exports)
+        for value, count in sorted(counts.items()):
+            if count > 1:
+                index = [i for i, e in enumerate(exports) if getattr(e, attribute) == value][1]
+                findings.append(
+                    error(
+                        "duplicate-export",
+                        f"{value} is {label} more than once",
+                        ("nfs", "exports", index),
+                        hint="each export needs its own path and mount point",
+                    )
+                )
+    return findings
