@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -18,8 +18,7 @@ if TYPE_CHECKING:
 
     from gpuclus.deploy.last_applied import FileChange
     from gpuclus.deploy.node_stamps import NodeStamp
-    from gpuclus.deploy.records import RunRecord
-    from gpuclus.spec.load import LoadedSpec
+    from gpuclus.plan.workflow import CheckRun, DeployPlan
 
 
 def plan(
@@ -53,44 +52,35 @@ def plan(
     are reported, not failures); 1 when the check run fails, 3 for an invalid
     spec, 130 when interrupted.
     """
-    from gpuclus.deploy import node_stamps, pipeline
+    from gpuclus.plan.workflow import plan_deploy
 
     out = Output(json_mode=json_mode)
     with handled(out):
         loaded = load_checked_spec(spec, out)
-        applied_before, changes = pipeline.changes_since_last_deploy(spec, loaded)
-        digest = node_stamps.render_digest(pipeline.render_for_run(spec, loaded))
-        stamps = None if local else _read_stamps(out, loaded, spec, digest)
-        in_sync = None if stamps is None else not changes and all(_synced(stamp) for stamp in stamps)
+        report = plan_deploy(spec, loaded, _PlanView(out, spec), ask_nodes=not local, check=check)
+        found = report.plan
         payload: dict[str, object] = {
             "ok": True,
-            "applied_before": applied_before,
-            "files": [{"path": c.path, "status": c.status, "diff": c.diff} for c in changes],
-            "render_sha256": digest,
+            "applied_before": found.applied_before,
+            "files": [{"path": c.path, "status": c.status, "diff": c.diff} for c in found.changes],
+            "render_sha256": found.render_sha256,
             # null with --local: the nodes were not asked, so nothing says the cluster matches.
-            "in_sync": in_sync,
+            "in_sync": found.in_sync,
         }
-        if stamps is not None:
-            payload["nodes"] = {stamp.node: stamp.as_dict() for stamp in stamps}
-        upgrade = _upgrade_plan(spec, loaded)
+        if found.stamps is not None:
+            payload["nodes"] = {stamp.node: stamp.as_dict() for stamp in found.stamps}
+        upgrade = _upgrade_plan(found)
         if upgrade is not None:
             payload["upgrade"] = upgrade
-        if not json_mode:
-            _print_files(out, applied_before, changes, stamps)
-            if upgrade is not None:
-                _print_upgrade(out, upgrade)
-            if stamps is not None:
-                _print_nodes(out, stamps)
-            _print_verdict(out, spec, changes, stamps)
-        if check:
-            record, seconds = _check_run(out, loaded, spec)
+        if report.check is not None:
+            record = report.check.record
             payload["check"] = {
                 "status": record.status,
                 "phases": [{"name": p.name, "would_change": p.changed, "tasks": p.tasks} for p in record.phases],
                 "changed": record.changed_total(),
                 "failures": [vars(failure) for failure in record.failures],
                 "run": record.id,
-                "seconds": round(seconds, 1),
+                "seconds": round(report.check.seconds, 1),
             }
             payload["ok"] = record.status == "successful"
         out.emit(payload)
@@ -98,17 +88,55 @@ def plan(
             raise typer.Exit(1)
 
 
-def _upgrade_plan(spec: Path, loaded: LoadedSpec) -> dict[str, Any] | None:
-    """The rolling upgrade the next deploy makes (pins it changes, its batches at --max-unavailable 1), or None."""
-    from gpuclus.upgrade.workflow import upgrade_preview
+class _PlanView:
+    """The plan's observer: a spinner while the stamps are read, the plan once known, the check run's progress
+    and summary (all quiet in JSON mode, where stdout carries the one object)."""
 
-    pins, batches = upgrade_preview(spec, loaded)
-    if not pins:
+    def __init__(self, out: Output, spec: Path) -> None:
+        self.out = out
+        self.spec = spec
+
+    def watch_stamps(self, nodes: int, read: Callable[[], list[NodeStamp]]) -> list[NodeStamp]:
+        if self.out.json_mode:
+            return read()
+        with self.out.err.status(f"reading the deploy stamps of {plural(nodes, 'node')} over SSH"):
+            return read()
+
+    def planned(self, plan: DeployPlan) -> None:
+        if self.out.json_mode:
+            return
+        _print_files(self.out, plan.applied_before, plan.changes, plan.stamps)
+        upgrade = _upgrade_plan(plan)
+        if upgrade is not None:
+            _print_upgrade(self.out, upgrade)
+        if plan.stamps is not None:
+            _print_nodes(self.out, plan.stamps)
+        _print_verdict(self.out, self.spec, plan.changes, plan.stamps)
+
+    def watch_deploy(self, request: Any, loaded: Any, deploy: Any) -> Any:
+        with _CheckProgress(self.out) as progress:
+            return deploy(request, loaded, progress)
+
+    def checked(self, check: CheckRun) -> None:
+        if self.out.json_mode:
+            return
+        record = check.record
+        self.out.result(f"check-mode run {record.id}: {record.status}")
+        for phase in record.phases:
+            self.out.result(f"  {phase.name:<11} {phase.changed} task result(s) would change")
+        for failure in record.failures:
+            self.out.result(f"  [red]✗ {escape(failure.host)}[/] {escape(failure.task)}: {escape(failure.message)}")
+        self.out.result(f"check run took {check.seconds:.0f} s")
+
+
+def _upgrade_plan(plan: DeployPlan) -> dict[str, Any] | None:
+    """The rolling upgrade the next deploy makes (pins it changes, its batches at --max-unavailable 1), or None."""
+    if not plan.pins:
         return None
     return {
-        "changes": [change.as_dict() for change in pins],
-        "described": [change.describe() for change in pins],
-        "batches": [list(batch.nodes) for batch in batches],
+        "changes": [change.as_dict() for change in plan.pins],
+        "described": [change.describe() for change in plan.pins],
+        "batches": [list(batch.nodes) for batch in plan.batches],
     }
 
 
@@ -122,16 +150,6 @@ def _print_upgrade(out: Output, upgrade: dict[str, Any]) -> None:
 
 def _synced(stamp: NodeStamp) -> bool:
     return stamp.state.value == "in_sync"
-
-
-def _read_stamps(out: Output, loaded: LoadedSpec, spec: Path, digest: str) -> list[NodeStamp]:
-    from gpuclus.deploy import node_stamps
-
-    assert loaded.topology is not None
-    if out.json_mode:
-        return node_stamps.check_spec_nodes(loaded, spec, digest)
-    with out.err.status(f"reading the deploy stamps of {plural(len(loaded.topology.nodes), 'node')} over SSH"):
-        return node_stamps.check_spec_nodes(loaded, spec, digest)
 
 
 def _print_files(out: Output, applied_before: bool, changes: list[FileChange], stamps: list[NodeStamp] | None) -> None:
@@ -199,26 +217,6 @@ def _print_verdict(out: Output, spec: Path, changes: list[FileChange], stamps: l
         )
     if not changes:
         out.result("  (the rendered inventory and variables match the local copy of the last deploy)")
-
-
-def _check_run(out: Output, loaded: LoadedSpec, spec: Path) -> tuple[RunRecord, float]:
-    from gpuclus.deploy import pipeline
-
-    # Check mode changes nothing; no preflight (the run reports unreachable
-    # nodes itself) and no pruning of the deploy records.
-    request = pipeline.DeployRequest(spec_path=spec, check=True, preflight=False, keep=None)
-    started = time.monotonic()
-    with _CheckProgress(out) as progress:
-        record = pipeline.deploy(request, loaded, progress).record
-    seconds = time.monotonic() - started
-    if not out.json_mode:
-        out.result(f"check-mode run {record.id}: {record.status}")
-        for phase in record.phases:
-            out.result(f"  {phase.name:<11} {phase.changed} task result(s) would change")
-        for failure in record.failures:
-            out.result(f"  [red]✗ {escape(failure.host)}[/] {escape(failure.task)}: {escape(failure.message)}")
-        out.result(f"check run took {seconds:.0f} s")
-    return record, seconds
 
 
 class _CheckProgress:

@@ -69,6 +69,7 @@ def preflight(
     2 when new host keys were not confirmed (nothing was sent), 4 when a node
     could not be reached or its host key was refused.
     """
+    from gpuclus.preflight.bootstrap import bootstrap_keys
     from gpuclus.preflight.runner import preflight_exit_code
 
     out = Output(json_mode=json_mode)
@@ -81,7 +82,13 @@ def preflight(
             )
         loaded = load_checked_spec(spec, out)
         if password:
-            _bootstrap_keys(loaded, spec, out, known_hosts_file, accept_new_host_keys, extra)
+            bootstrap_keys(
+                loaded,
+                spec,
+                _KeyView(out, extra),
+                known_hosts_file=known_hosts_file,
+                accept_new=accept_new_host_keys,
+            )
         started = time.monotonic()
         reports = _probe(out, loaded, spec, min_disk_gb)
         seconds = time.monotonic() - started
@@ -165,50 +172,49 @@ def _stdin_is_terminal() -> bool:
     return sys.stdin.isatty()
 
 
-def _bootstrap_keys(
-    loaded: Any, spec: Path, out: Output, known_hosts_file: Path | None, accept_new: bool, extra: dict[str, Any]
-) -> None:
-    """Host keys first (shown, confirmed or refused), then the password, sent only to trusted keys."""
-    from gpuclus.preflight.hostkeys import pin_host_keys, scan_host_keys
-    from gpuclus.preflight.keyinstall import install_failure, install_keys
+class _KeyView:
+    """The bootstrap's observer at the terminal: refused keys as warnings, new keys shown, the confirmation and
+    the password asked for (getpass, never echoed), each installed key as a note.
 
-    checks = scan_host_keys(loaded, spec, known_hosts_file)
-    extra["host_keys"] = [check.as_dict() for check in checks]
-    for check in checks:
-        if check.refused:
-            out.warn(f"{check.node}: {check.message}; nothing will be sent to it")
-    if all(check.refused for check in checks):
-        raise install_failure([f"{check.node}: {check.message}" for check in checks], checks)
-    new = [check for check in checks if check.status == "new"]
-    if new:
-        ask = not accept_new and _stdin_is_terminal()
+    It fills ``extra`` with the host keys first, so an error after the scan still reports them.
+    """
+
+    def __init__(self, out: Output, extra: dict[str, Any]) -> None:
+        self.out = out
+        self.extra = extra
+
+    def scanned(self, checks: list[Any]) -> None:
+        self.extra["host_keys"] = [check.as_dict() for check in checks]
+        for check in checks:
+            if check.refused:
+                self.out.warn(f"{check.node}: {check.message}; nothing will be sent to it")
+
+    def can_ask(self) -> bool:
+        return _stdin_is_terminal()
+
+    def new_keys(self, new: list[Any], how: Any) -> None:
+        from gpuclus.preflight.bootstrap import NewKeys
+
         # The keys must be seen to be confirmed: on stderr even with --json when asking.
-        show = out.err.print if ask else out.note
+        show = self.out.err.print if how is NewKeys.ASKING else self.out.note
         show(f"{plural(len(new), 'host key')} not trusted yet:")
         for check in new:
             seen = f" [dim]({escape(check.message)})[/]" if check.message != "not seen before" else ""
             show(f"  {escape(check.describe())}{seen}")
-        if accept_new:
-            out.note("trusting them: --accept-new-host-keys")
-        elif not ask:
-            raise UsageError(
-                f"{plural(len(new), 'host key')} to confirm and no terminal to ask in: nothing was sent",
-                "pass --known-hosts FILE (an OpenSSH known_hosts file you prepared, e.g. with ssh-keyscan, its "
-                "fingerprints checked out of band) or --accept-new-host-keys",
-            )
-        elif not _confirm(out, _question(len(new))):
-            raise UsageError(
-                "host keys not trusted: nothing was sent",
-                "check the fingerprints on the nodes' consoles (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub), "
-                "or pass --known-hosts FILE",
-            )
-    pin_host_keys(spec, checks)
-    user = loaded.spec.cluster.admin_user
-    try:
-        secret = getpass.getpass(f"SSH password for {user} on the nodes: ")
-    except (EOFError, OSError):
-        raise UsageError("--password needs a terminal to ask for the password") from None
-    install_keys(loaded, spec, secret, lambda node: out.note(f"installed gpuclus' key on {escape(node)}"), checks)
+        if how is NewKeys.ACCEPTED:
+            self.out.note("trusting them: --accept-new-host-keys")
+
+    def trust(self, new: list[Any]) -> bool:
+        return _confirm(self.out, _question(len(new)))
+
+    def password(self, user: str) -> str | None:
+        try:
+            return getpass.getpass(f"SSH password for {user} on the nodes: ")
+        except (EOFError, OSError):
+            return None
+
+    def installed(self, node: str) -> None:
+        self.out.note(f"installed gpuclus' key on {escape(node)}")
 
 
 def _question(count: int) -> str:

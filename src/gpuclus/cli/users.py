@@ -209,10 +209,12 @@ def list_users(
     admin user); when it cannot be asked, the list says so and shows the
     file alone. Exit 0, 2 for a spec without users.file, 3 for an invalid spec.
     """
+    from gpuclus.usersync.usage import gpus_in_use
+
     out = Output(json_mode=json_mode)
     with handled(out):
         loaded, _path, _text = _users_file_of(spec, out)
-        in_use, problem = ({}, "not asked (--offline)") if offline else _gpus_in_use(loaded, spec)
+        in_use, problem = ({}, "not asked (--offline)") if offline else gpus_in_use(loaded, spec)
         if problem and not offline:
             out.warn(f"GPUs in use unknown: {problem}")
         accounts = {account.name: account for account in loaded.users.accounts}
@@ -261,9 +263,7 @@ def _public_keys(path: Path) -> list[str]:
 
 
 def _apply(out: Output, spec: Path, change: Any, *, dry_run: bool, payload: dict[str, Any]) -> None:
-    from gpuclus.cli.deploy_view import print_summary, run_with_progress
-    from gpuclus.deploy import pipeline
-    from gpuclus.fileio import write_text_atomic
+    from gpuclus.usersync.workflow import apply_change
 
     payload.update({"file": str(change.path), "diff": change.diff, "summary": change.summary})
     if not out.json_mode and change.diff:
@@ -272,15 +272,7 @@ def _apply(out: Output, spec: Path, change: Any, *, dry_run: bool, payload: dict
         out.result(escape(change.summary) + (" (dry run: nothing written)" if dry_run and change.diff else ""))
         out.emit({"ok": True, "dry_run": dry_run, "written": False, **payload})
         return
-    write_text_atomic(change.path, change.new_text, mode=change.path.stat().st_mode & 0o777)
-    payload["written"] = True
-    out.note(f"{change.path}: {escape(change.summary)}")
-    updated = load_checked_spec(spec, out)
-    request = pipeline.DeployRequest(spec_path=spec, only="users")
-    result = run_with_progress(out, request, updated, only=True)
-    payload["deploy"] = {"exit_code": int(result.exit_code), "run_dir": str(result.run_dir), **result.record.as_dict()}
-    if not out.json_mode:
-        print_summary(out, result.record, result.seconds)
+    result = apply_change(change, spec, _ChangeView(out, payload), load=lambda path: load_checked_spec(path, out))
     if result.exit_code != 0:
         out.warn(f"the users phase did not finish: {change.path} is written; run `gpuclus deploy {spec} --only users`")
         out.emit({"ok": False, "exit_code": int(result.exit_code), **payload})
@@ -288,25 +280,35 @@ def _apply(out: Output, spec: Path, change: Any, *, dry_run: bool, payload: dict
     out.emit({"ok": True, "exit_code": 0, **payload})
 
 
-def _gpus_in_use(loaded: Any, spec: Path) -> tuple[dict[str, int], str | None]:
-    """GPUs each user's running jobs hold, from squeue on the controller; ({}, why) when it cannot be asked."""
-    from gpuclus.slurm.session import connect_controller
-    from gpuclus.ssh.client import SshFailure
-    from gpuclus.state import StateDir
-    from gpuclus.users.usage import SQUEUE_GPUS, gpus_in_use
+class _ChangeView:
+    """The users change's observer: the file written as a note, the users phase with its lines and summary.
 
-    state = StateDir.beside(spec)
-    try:
-        remote = connect_controller(loaded.spec, loaded.topology, state.private_key, state.known_hosts)
-    except (SshFailure, UsageError) as problem:
-        return {}, str(problem)
-    try:
-        result = remote.run(SQUEUE_GPUS, timeout=30)
-    finally:
-        remote.close()
-    if result.exit_status != 0:
-        return {}, f"squeue failed: {(result.stderr or result.stdout).strip()[:200]}"
-    return gpus_in_use(result.stdout), None
+    It fills ``payload`` as the steps are done, so an error part way reports what was already done.
+    """
+
+    def __init__(self, out: Output, payload: dict[str, Any]) -> None:
+        self.out = out
+        self.payload = payload
+
+    def written(self, change: Any) -> None:
+        self.payload["written"] = True
+        self.out.note(f"{change.path}: {escape(change.summary)}")
+
+    def watch_deploy(self, request: Any, loaded: Any, deploy: Any) -> Any:
+        from gpuclus.cli.deploy_view import run_with_progress
+
+        return run_with_progress(self.out, request, loaded, only=True, run=deploy)
+
+    def deployed(self, result: Any) -> None:
+        self.payload["deploy"] = {
+            "exit_code": int(result.exit_code),
+            "run_dir": str(result.run_dir),
+            **result.record.as_dict(),
+        }
+        if not self.out.json_mode:
+            from gpuclus.cli.deploy_view import print_summary
+
+            print_summary(self.out, result.record, result.seconds)
 
 
 def _print_users(out: Output, rows: list[dict[str, Any]]) -> None:

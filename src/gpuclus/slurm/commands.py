@@ -1,6 +1,6 @@
 """Slurm command lines and parsers: pure functions, tested on recorded output.
 
-validate, status, upgrade and nodes read Slurm's answers through these.
+validate, status, upgrade, nodes and users read Slurm's answers through these.
 
 Every job validate starts carries one job name (``gpuclus-validate-<id>``):
 that is how the accounting check finds them in sacct and how the clean-up at
@@ -233,6 +233,25 @@ def parse_partitions(text: str) -> dict[str, PartitionInfo]:
 
 
 # --- srun output -------------------------------------------------------------
+
+
+# Running jobs' users and allocated TRES, '|'-separated (a field suffix; the
+# same in Slurm 22.05 and 24.11). tres-alloc holds the job's whole GPU count
+# as gres/gpu=N (typed counts such as gres/gpu:a100=N come beside it).
+SQUEUE_GPUS = "squeue --noheader --states=RUNNING --Format='UserName:|,tres-alloc:|'"
+
+
+def parse_gpus_in_use(text: str) -> dict[str, int]:
+    """GPUs held by each user's running jobs, from SQUEUE_GPUS' output (users without GPUs left out)."""
+    held: dict[str, int] = {}
+    for line in text.splitlines():
+        user, _, rest = line.strip().partition("|")
+        tres = rest.rstrip("|")
+        for item in tres.split(","):
+            name, _, value = item.partition("=")
+            if name == "gres/gpu" and value.isdigit() and int(value) > 0:
+                held[user] = held.get(user, 0) + int(value)
+    return held
 
 
 def job_failure(result: CommandResult) -> str:

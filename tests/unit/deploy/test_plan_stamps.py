@@ -367,14 +367,16 @@ def fake_check_deploy(
     return pipeline.DeployResult(record, pipeline.exit_code(record), Path("/nonexistent"), 1.0)
 
 
-def test_check_run_shows_each_phase_as_it_starts_and_ends_with_a_timing_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_check_run_shows_each_phase_as_it_starts_and_ends_with_a_timing_line(tmp_path: Path) -> None:
     from gpuclus.cli import plan as plan_cli
+    from gpuclus.plan.workflow import plan_deploy
 
-    monkeypatch.setattr(pipeline, "deploy", fake_check_deploy)
     out, stream = recorded_output()
-    record, seconds = plan_cli._check_run(out, loaded_spec(), tmp_path / "cluster.yaml")
+    spec = tmp_path / "cluster.yaml"
+    view = plan_cli._PlanView(out, spec)
+    report = plan_deploy(spec, loaded_spec(), view, ask_nodes=False, check=True, deploy=fake_check_deploy)
+    assert report.check is not None
+    record, seconds = report.check.record, report.check.seconds
     text = stream.getvalue()
     assert record.status == "successful" and seconds >= 0
     assert "base (1 would change)" in text

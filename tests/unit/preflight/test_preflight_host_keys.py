@@ -399,6 +399,19 @@ def test_accept_new_host_keys_sends_without_asking_and_pins(cluster: Cluster, te
     assert trusted_lines(cluster) == sorted(node.known_hosts_line for node in cluster.nodes.values())
 
 
+def test_a_password_that_cannot_be_asked_for_sends_nothing(
+    cluster: Cluster, terminal: Terminal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_terminal(prompt: str = "") -> str:
+        raise EOFError
+
+    monkeypatch.setattr(cli_preflight.getpass, "getpass", no_terminal)
+    result = preflight(cluster, "--accept-new-host-keys")
+    assert result.exit_code == 2, result.output
+    assert "--password needs a terminal to ask for the password" in result.stderr
+    assert cluster.passwords() == {"head": [], "gpu01": []}
+
+
 # An admin's known_hosts file ---------------------------------------------------------------------
 
 

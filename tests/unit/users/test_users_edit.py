@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 
 from gpuclus.cli.main import app
 from gpuclus.errors import SpecInvalidError, UsageError
+from gpuclus.slurm.commands import parse_gpus_in_use as gpus_in_use
 from gpuclus.users.change import NewUser, next_free_id, plan_add, plan_remove
 from gpuclus.users.edit import UsersEditError, add_user, mark_removed
 from gpuclus.users.load import load_users_text
-from gpuclus.users.usage import gpus_in_use
 
 DAVE_KEY = public_key(body=b"\x04" * 32) + " dave@laptop"
 DAVE = {"name": "dave", "uid": 2004, "ssh_keys": [DAVE_KEY], "account": "nlp", "gpus": 1}
