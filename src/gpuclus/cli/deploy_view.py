@@ -226,6 +226,13 @@ def _diff_line(line: str) -> str:
     return f"[{style}]{escape(line)}[/]" if style else escape(line)
 
 
+def record_deploy(out: Output, payload: dict[str, Any], result: Any) -> None:
+    """A deploy run as one step of a workflow: its record into the JSON payload, its summary on the terminal."""
+    payload["deploy"] = {"exit_code": int(result.exit_code), "run_dir": str(result.run_dir), **result.record.as_dict()}
+    if not out.json_mode:
+        print_summary(out, result.record, result.seconds)
+
+
 def print_summary(out: Output, record: Any, seconds: float) -> None:
     table = Table(box=None, pad_edge=False)
     for column in ("host", "ok", changed_word(record.check), "failed", "unreachable", "skipped"):

@@ -128,12 +128,6 @@ class _RemovalView:
         return run_with_progress(self.out, request, loaded, run=deploy)
 
     def deployed(self, result: Any) -> None:
-        self.payload["deploy"] = {
-            "exit_code": int(result.exit_code),
-            "run_dir": str(result.run_dir),
-            **result.record.as_dict(),
-        }
-        if not self.out.json_mode:
-            from gpuclus.cli.deploy_view import print_summary
+        from gpuclus.cli.deploy_view import record_deploy
 
-            print_summary(self.out, result.record, result.seconds)
+        record_deploy(self.out, self.payload, result)
