@@ -394,7 +394,9 @@ def _milliseconds(duration: str) -> int:
 def contract_metrics(doc: Path = REPO / "docs" / "monitoring.md") -> set[str]:
     """The metric names docs/monitoring.md names (in backticks: slurm_*, DCGM_*, gpuclus_*, node_*)."""
     names = set()
-    for token in re.findall(r"`([^`]+)`", doc.read_text(encoding="utf-8")):
+    # Fenced examples (```console ...) are not the contract, and their fences would pair the backticks wrongly.
+    prose = re.sub(r"^```.*?^```", "", doc.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL)
+    for token in re.findall(r"`([^`]+)`", prose):
         for part in token.split(","):
             match = re.match(r"\s*((?:slurm_|DCGM_|gpuclus_|node_)[A-Za-z0-9_:]*)(\{.*)?\s*$", part)
             if match:
