@@ -119,6 +119,14 @@ ROLE_PATTERNS = {
     "address": ADDRESS_PATTERN,
     "release_version": RELEASE_VERSION_PATTERN,
     "sha256": SHA256_PATTERN,
+    "user_name": USER_PATTERN,
+    "partition": PARTITION_PATTERN,
+    "gpu_model": GPU_MODEL_PATTERN,
+    "nccl_variable": NCCL_VARIABLE_PATTERN,
+    "nccl_value": NCCL_VALUE_PATTERN,
+    "index_url": INDEX_URL_PATTERN,
+    "ldap_uri": LDAP_URI_PATTERN,
+    "ldap_attribute": LDAP_ATTRIBUTE_PATTERN,
 }
 
 

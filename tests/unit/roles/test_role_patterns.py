@@ -56,10 +56,12 @@ def test_the_roles_read_the_shared_grammars() -> None:
         "node_exporter",
         "pytorch_env",
         "pyxis",
+        "slurm_accounts",
         "slurm_common",
         "slurm_health",
         "slurm_metrics",
         "ssh_trust",
+        "sssd",
         "users",
     }
 

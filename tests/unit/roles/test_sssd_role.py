@@ -15,7 +15,7 @@ import pytest
 from ansible.parsing.dataloader import DataLoader
 from ansible.plugins.loader import init_plugin_loader
 from ansible.template import trust_as_template
-from role_templates import ROLES, first_refusal, role_templar
+from role_templates import ROLES, default_group_vars, first_refusal, role_templar
 
 # sssd.conf reads the bind password with the `file` lookup, a plugin Ansible loads through its collection loader.
 init_plugin_loader()
@@ -34,6 +34,7 @@ def inputs(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
         "inventory_dir": str(rendered / "inventory"),
         "gpuclus_apt_cache_valid_time": 3600,
         "gpuclus_package_lock_timeout": 300,
+        "gpuclus_patterns": default_group_vars()["gpuclus_patterns"],
         "gpuclus_users": [
             {"name": "alice", "uid": 2101, "removed": False},
             {"name": "bob", "uid": 2102, "removed": True},
