@@ -9,6 +9,7 @@ handling are the ones the roles really get.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,8 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.plugins.loader import add_all_plugin_dirs
 from ansible.template import Templar, trust_as_template
 
-from gpuclus.render.files import GROUP_VARS_DIR
+from gpuclus.render.files import GROUP_VARS_DIR, render_files
+from gpuclus.spec.load import load_spec_text
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 PLAYBOOKS = ROLES.parent / "playbooks"
@@ -43,6 +45,32 @@ def group_vars(rendered: dict[str, str]) -> dict[str, Any]:
         if path.startswith(GROUP_VARS_DIR + "/"):
             merged.update(loader.load(text) or {})
     return merged
+
+
+# A spec that leaves every setting at the model's default: one controller, one compute node with a real GPU.
+DEFAULT_SPEC = """\
+apiVersion: gpuclus/v1
+cluster: {name: lab, admin_user: ubuntu}
+nodes:
+  - {name: head, address: 10.0.0.10, roles: [controller, login]}
+  - {name: gpu01, address: 10.0.0.11, roles: [compute], gpus: {count: 1}}
+"""
+
+
+@functools.cache
+def _default_group_vars() -> tuple[tuple[str, Any], ...]:
+    loaded = load_spec_text(DEFAULT_SPEC, "/lab/cluster.yaml")
+    assert loaded.ok and loaded.spec is not None and loaded.topology is not None, loaded.findings
+    files = render_files(
+        loaded.spec, loaded.topology, source_name="cluster.yaml", state_dir="../.gpuclus", known_hosts="/k"
+    )
+    return tuple(group_vars(files).items())
+
+
+def default_group_vars() -> dict[str, Any]:
+    """What render writes into group_vars for DEFAULT_SPEC: the inputs a role's defaults read when the spec
+    says nothing (a fresh copy each call)."""
+    return dict(_default_group_vars())
 
 
 def _role_files(role: str) -> list[Path]:

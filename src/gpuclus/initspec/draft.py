@@ -31,7 +31,7 @@ DEFAULT_GPUS_PER_NODE = 1
 DEFAULT_EXPORTS: tuple[str, ...] = ("/shared",)
 # Read from the model so init never offers a count that spec check refuses.
 MAX_GPUS_PER_NODE = int(Gpus.model_json_schema()["properties"]["count"]["maximum"])
-# A DNS label is at most 63 characters; NODE_NAME_PATTERN does not bound length.
+# A DNS label is at most 63 characters (NODE_NAME_PATTERN bounds it too; this names the length in words).
 MAX_NODE_NAME_LENGTH = 63
 
 # The controller carries the cluster's services; compute nodes only run jobs.

@@ -391,6 +391,11 @@ def _pytorch_vars(spec: ClusterSpec, topology: Topology, *, state_dir: str) -> d
         if cuda.install and topology.real_gpu_nodes
         else []
     )
+    # Who writes the modulefiles and the job templates: the NFS server into the shared tree (root on a
+    # client is squashed), else every node that runs jobs into its own copy.
+    server = _single(topology, Role.NFS_SERVER)
+    users = topology.with_role(Role.COMPUTE) + topology.with_role(Role.LOGIN)
+    writers = ([server.name] if server else []) if layout.shared else list(dict.fromkeys(node.name for node in users))
     return {
         "gpuclus_lmod_install": spec.modules.lmod,
         "gpuclus_modules_dir": layout.modules_dir,
@@ -406,6 +411,7 @@ def _pytorch_vars(spec: ClusterSpec, topology: Topology, *, state_dir: str) -> d
         }
         if layout.shared
         else None,
+        "gpuclus_software_writers": writers,
         "gpuclus_pytorch_module": layout.module,
         "gpuclus_pytorch_requirements": requirements(spec),
         "gpuclus_pytorch_index_url": index_url(spec),

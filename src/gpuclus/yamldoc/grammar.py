@@ -20,6 +20,10 @@ import re
 # A DNS label (RFC 1123): letters, digits and '-', not at either end, at most 63.
 _DNS_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 DNS_NAME_MAX = 253
+# The characters and length of every address address_problem accepts (an IPv4 address, a DNS name, with
+# or without the root's trailing '.'): what the roles' preflight can check without the rules above. Written
+# once here; render hands it to the roles as gpuclus_patterns.address (patterns.ROLE_PATTERNS).
+ADDRESS_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9.])?$"
 _BROADCAST = ipaddress.IPv4Address("255.255.255.255")
 
 # The characters an export path or mount point may use: those that need no

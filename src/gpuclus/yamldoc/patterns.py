@@ -10,6 +10,8 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator
 
+from gpuclus.yamldoc.grammar import ADDRESS_PATTERN
+
 
 def _number_text(value: Any) -> Any:
     # `branch: 550`, `max_time: 60` and `model: 4090` are how people write
@@ -22,9 +24,10 @@ def _number_text(value: Any) -> Any:
 NumberText = Annotated[str, BeforeValidator(_number_text, json_schema_input_type=str | int)]
 
 
-# A DNS label as Slurm and /etc/hosts accept it; upper case is allowed by DNS
-# but Slurm node names are case sensitive, so we keep names lower case.
-NODE_NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
+# A DNS label as Slurm and /etc/hosts accept it (at most 63 characters); upper
+# case is allowed by DNS but Slurm node names are case sensitive, so we keep
+# names lower case.
+NODE_NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 CLUSTER_NAME_PATTERN = r"^[a-z][a-z0-9-]{0,39}$"
 USER_PATTERN = r"^[a-z_][a-z0-9_-]{0,31}$"
 ABSOLUTE_PATH = r"^(/[A-Za-z0-9_.+@-]+)+$"
@@ -111,8 +114,19 @@ PATTERN_RULES = {
 # `gpuclus_patterns.<name>` instead of spelling its own copy).
 ROLE_PATTERNS = {
     "absolute_path": ABSOLUTE_PATH,
+    "disk_path": DISK_PATH_PATTERN,
+    "node_name": NODE_NAME_PATTERN,
+    "address": ADDRESS_PATTERN,
     "release_version": RELEASE_VERSION_PATTERN,
     "sha256": SHA256_PATTERN,
+    "user_name": USER_PATTERN,
+    "partition": PARTITION_PATTERN,
+    "gpu_model": GPU_MODEL_PATTERN,
+    "nccl_variable": NCCL_VARIABLE_PATTERN,
+    "nccl_value": NCCL_VALUE_PATTERN,
+    "index_url": INDEX_URL_PATTERN,
+    "ldap_uri": LDAP_URI_PATTERN,
+    "ldap_attribute": LDAP_ATTRIBUTE_PATTERN,
 }
 
 

@@ -2,9 +2,9 @@
 
 playbooks/filter_plugins/gpuclus_paths.py (gpuclus_control_path) is the one
 place that knows the rendered layout (the rendered directory holds
-inventory/); the containers, users and pytorch playbooks and the grafana and
-gpu_metrics defaults call it, and nothing else in playbooks/ or roles/ resolves
-such a path.
+inventory/); the enroot, pyxis, sssd, pytorch_env, grafana and gpu_metrics
+defaults call it, and nothing else in playbooks/ or roles/ resolves such a
+path.
 """
 
 from __future__ import annotations
@@ -75,19 +75,9 @@ def test_a_relative_path_without_an_inventory_is_refused_in_one_line() -> None:
 # --- the callers, through Ansible's own templating --------------------------------------------------
 
 
-def play_vars(playbook: str, play: int = 0) -> dict[str, Any]:
-    plays = yaml.safe_load((PLAYBOOKS / playbook).read_text())
-    return dict(plays[play]["vars"])
-
-
 def role_defaults(role: str, *names: str) -> dict[str, Any]:
     defaults = yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text())
     return {name: defaults[name] for name in names}
-
-
-def role_vars(playbook: str, role: str, play: int = 0) -> dict[str, Any]:
-    plays = yaml.safe_load((PLAYBOOKS / playbook).read_text())
-    return dict(next(entry["vars"] for entry in plays[play]["roles"] if entry["role"] == role))
 
 
 def templated(expressions: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
@@ -142,21 +132,23 @@ def test_render_then_the_containers_roles_find_the_spec_files(tmp_path: Path) ->
     assert values["pyxis_artifacts_dir"] is None
 
 
-def test_the_pytorch_play_and_the_users_play(tmp_path: Path) -> None:
+def test_the_pytorch_env_and_sssd_defaults(tmp_path: Path) -> None:
     inventory = str(tmp_path / "rendered" / "inventory")
-    wheelhouse = play_vars("pytorch.yml", play=1)["pytorch_wheelhouse"]
-    assert templated({"w": wheelhouse}, {"gpuclus_pytorch_wheelhouse": "../wheels", "inventory_dir": inventory}) == {
-        "w": str(tmp_path / "wheels")
+    wheelhouse = role_defaults("pytorch_env", "pytorch_env_wheelhouse")
+    assert templated(wheelhouse, {"gpuclus_pytorch_wheelhouse": "../wheels", "inventory_dir": inventory}) == {
+        "pytorch_env_wheelhouse": str(tmp_path / "wheels")
     }
-    assert templated({"w": wheelhouse}, {"gpuclus_pytorch_wheelhouse": None, "inventory_dir": inventory}) == {"w": ""}
-    sssd = {name: text for name, text in role_vars("users.yml", "sssd").items() if name.endswith("_file")}
+    assert templated(wheelhouse, {"gpuclus_pytorch_wheelhouse": None, "inventory_dir": inventory}) == {
+        "pytorch_env_wheelhouse": ""
+    }
+    sssd = role_defaults("sssd", "sssd_bind_password_file", "sssd_ca_cert_file")
     directory = {"bind_password_file": "../ldap.password", "ca_cert_file": "/etc/ssl/ca.pem"}
-    assert templated(sssd, {"users_directory": directory, "inventory_dir": inventory}) == {
+    assert templated(sssd, {"gpuclus_users_directory": directory, "inventory_dir": inventory}) == {
         "sssd_bind_password_file": str(tmp_path / "ldap.password"),
         "sssd_ca_cert_file": "/etc/ssl/ca.pem",
     }
     empty = {"bind_password_file": "", "ca_cert_file": ""}
-    assert set(templated(sssd, {"users_directory": empty, "inventory_dir": inventory}).values()) == {""}
+    assert set(templated(sssd, {"gpuclus_users_directory": empty, "inventory_dir": inventory}).values()) == {""}
 
 
 # Anything that spells the rendered layout out by hand: inventory_dir other than as the filter's argument,
@@ -180,8 +172,8 @@ def test_no_playbook_or_role_resolves_a_control_path_by_hand() -> None:
         if "gpuclus_control_path(inventory_dir" in path.read_text()
     }
     assert callers == {
-        "playbooks/users.yml",
-        "playbooks/pytorch.yml",
+        "roles/sssd/defaults/main.yml",
+        "roles/pytorch_env/defaults/main.yml",
         "roles/grafana/defaults/main.yml",
         "roles/gpu_metrics/defaults/main.yml",
         "roles/enroot/defaults/main.yml",

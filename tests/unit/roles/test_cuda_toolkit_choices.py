@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 from ansible.template import Templar, trust_as_template
-from role_templates import ROLES, first_found_vars_file, first_refusal, role_templar
+from role_templates import ROLES, default_group_vars, first_found_vars_file, first_refusal, role_templar
 from test_nvidia_driver_choices import OSES, value
 
 ROLE = "cuda_toolkit"
@@ -50,7 +50,8 @@ APT_OSES = ["ubuntu22", "ubuntu24", "debian12", "debian13"]
 
 
 def templar(os_name: str, **inputs: Any) -> Templar:
-    return role_templar(ROLE, VARS_FILES[os_name], OSES[os_name], **inputs)
+    """The role with a spec at its defaults (the rendered group_vars), ``inputs`` set as a caller would."""
+    return role_templar(ROLE, VARS_FILES[os_name], OSES[os_name], **{**default_group_vars(), **inputs})
 
 
 def probe(
@@ -111,7 +112,12 @@ def test_the_repository_is_the_one_nvidia_driver_adds(os_name: str) -> None:
     """Both roles install the same keyring from the same URL (or fetch the same .repo to the same path),
     so whichever runs second finds it installed and does nothing."""
     mine = templar(os_name)
-    driver = role_templar("nvidia_driver", VARS_FILES[os_name], OSES[os_name], nvidia_driver_source="cuda_repo")
+    driver = role_templar(
+        "nvidia_driver",
+        VARS_FILES[os_name],
+        OSES[os_name],
+        **{**default_group_vars(), "nvidia_driver_source": "cuda_repo"},
+    )
     assert value(mine, "__cuda_toolkit_cuda_repo.url") == value(driver, "__nvidia_driver_cuda_repo.url")
     if os_name == "rocky9":
         assert value(mine, "__cuda_toolkit_cuda_repo_file") == value(driver, "__nvidia_driver_cuda_repo_file")
@@ -122,7 +128,7 @@ def test_the_repository_is_the_one_nvidia_driver_adds(os_name: str) -> None:
 
 def test_grace_on_arm_uses_the_sbsa_repository() -> None:
     facts = {**OSES["ubuntu24"], "architecture": "aarch64"}
-    t = role_templar(ROLE, "Ubuntu-24.yml", facts)
+    t = role_templar(ROLE, "Ubuntu-24.yml", facts, **default_group_vars())
     assert value(t, "__cuda_toolkit_cuda_repo.url") == f"{NVIDIA}/ubuntu2404/sbsa/"
 
 

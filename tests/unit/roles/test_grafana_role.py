@@ -22,7 +22,7 @@ import pytest
 import yaml
 from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar, trust_as_template
-from role_templates import ROLES, first_found_vars_file, role_templar
+from role_templates import ROLES, default_group_vars, first_found_vars_file, role_templar
 from test_nvidia_driver_choices import OSES
 
 ROLE = "grafana"
@@ -55,7 +55,9 @@ def probe(*, installed: bool = True, stale_files: list[str] | None = None, activ
 def templar(secrets: Path, os_name: str = DEBIAN, **inputs: Any) -> Templar:
     facts = OSES[os_name]
     vars_file = {"Debian": "Debian.yml", "RedHat": "RedHat.yml"}[facts["os_family"]]
+    # What render writes for a spec at its defaults, then this test's cluster.
     variables: dict[str, Any] = {
+        **default_group_vars(),
         "gpuclus_secrets_dir": str(secrets),
         "gpuclus_apt_cache_valid_time": 3600,
         "gpuclus_package_lock_timeout": 300,

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from ansible.template import Templar, trust_as_template
-from role_templates import ROLES, first_found_vars_file, first_refusal, role_templar
+from role_templates import ROLES, default_group_vars, first_found_vars_file, first_refusal, role_templar
 
 from gpuclus.gpu_catalog import kind_for_model
 
@@ -95,8 +95,10 @@ def vars_file(facts: dict[str, str]) -> str:
 
 
 def templar(os_name: str, **inputs: Any) -> Templar:
+    """The role on gpu01 of a spec at its defaults (the rendered group_vars), with ``inputs`` set as a caller
+    sets the role's variables."""
     facts = OSES[os_name]
-    return role_templar(ROLE, vars_file(facts), facts, **inputs)
+    return role_templar(ROLE, vars_file(facts), facts, **{**default_group_vars(), **inputs})
 
 
 def value(t: Templar, name: str) -> Any:
@@ -263,9 +265,8 @@ def test_ubuntu_can_take_nvidias_repository() -> None:
 
 def test_grace_on_arm_uses_the_sbsa_repository() -> None:
     facts = {**OSES["ubuntu22"], "architecture": "aarch64"}
-    t = role_templar(
-        ROLE, "Ubuntu-22.yml", facts, nvidia_driver_gpu_generation="grace", nvidia_driver_source="cuda_repo"
-    )
+    inputs = {"nvidia_driver_gpu_generation": "grace", "nvidia_driver_source": "cuda_repo"}
+    t = role_templar(ROLE, "Ubuntu-22.yml", facts, **{**default_group_vars(), **inputs})
     assert value(t, "__nvidia_driver_cuda_repo.url").endswith("/repos/ubuntu2204/sbsa/")
     assert value(t, "__nvidia_driver_kernel_modules") == "open"
 

@@ -15,7 +15,7 @@ import pytest
 from ansible.parsing.dataloader import DataLoader
 from ansible.plugins.loader import init_plugin_loader
 from ansible.template import trust_as_template
-from role_templates import ROLES, first_refusal, role_templar
+from role_templates import ROLES, default_group_vars, first_refusal, role_templar
 
 # sssd.conf reads the bind password with the `file` lookup, a plugin Ansible loads through its collection loader.
 init_plugin_loader()
@@ -24,17 +24,34 @@ PASSWORD = "reader-pw-3f9a"
 
 
 def inputs(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
-    password = tmp_path / "reader.password"
-    password.write_text(PASSWORD + "\n")
+    """What render writes into group_vars/all/users.yml for a spec with users.directory (the bind password's
+    file relative to the rendered directory), which the role's defaults read; ``overrides`` set the role's own
+    variables, as a caller would."""
+    rendered = tmp_path / "rendered"
+    (rendered / "inventory").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "reader.password").write_text(PASSWORD + "\n")
     values: dict[str, Any] = {
-        "sssd_uris": ["ldaps://ldap1.example.org", "ldaps://ldap2.example.org:636"],
-        "sssd_base_dn": "dc=example,dc=org",
-        "sssd_schema": "rfc2307bis",
-        "sssd_bind_dn": "cn=Cluster Reader,ou=services,dc=example,dc=org",
-        "sssd_bind_password_file": str(password),
-        "sssd_ssh_keys_attribute": "sshPublicKey",
-        "sssd_allow_groups": ["HPC Users", "gpu-lab"],
-        "sssd_deny_users": ["bob", "eve"],
+        "inventory_dir": str(rendered / "inventory"),
+        "gpuclus_apt_cache_valid_time": 3600,
+        "gpuclus_package_lock_timeout": 300,
+        "gpuclus_patterns": default_group_vars()["gpuclus_patterns"],
+        "gpuclus_users": [
+            {"name": "alice", "uid": 2101, "removed": False},
+            {"name": "bob", "uid": 2102, "removed": True},
+            {"name": "eve", "uid": 2103, "removed": True},
+        ],
+        "gpuclus_users_directory": {
+            "uri": ["ldaps://ldap1.example.org", "ldaps://ldap2.example.org:636"],
+            "base_dn": "dc=example,dc=org",
+            "schema": "rfc2307bis",
+            "bind_dn": "cn=Cluster Reader,ou=services,dc=example,dc=org",
+            "bind_password_file": "../reader.password",
+            "ca_cert_file": "",
+            "start_tls": False,
+            "id_mapping": False,
+            "ssh_keys_attribute": "sshPublicKey",
+            "allow_groups": ["HPC Users", "gpu-lab"],
+        },
     }
     values.update(overrides)
     return values

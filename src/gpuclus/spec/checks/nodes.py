@@ -10,6 +10,7 @@ from gpuclus.spec.models import Role
 from gpuclus.spec.topology import Node, Topology
 from gpuclus.yamldoc.findings import Finding, error, warning
 from gpuclus.yamldoc.grammar import address_problem, full_match
+from gpuclus.yamldoc.patterns import NODE_NAME_PATTERN
 
 CHECKS: list[RegisteredCheck] = []
 _check = registrar(CHECKS)
@@ -59,15 +60,12 @@ def compute_present(view: SpecView) -> list[Finding]:
     ]
 
 
-_NODE_NAME = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
-
-
 @_check()
 def node_names(view: SpecView) -> list[Finding]:
     findings: list[Finding] = []
     reported_entries: set[int] = set()
     for node in view.topology.nodes:
-        if not full_match(_NODE_NAME, node.name) and node.entry not in reported_entries:
+        if not full_match(NODE_NAME_PATTERN, node.name) and node.entry not in reported_entries:
             reported_entries.add(node.entry)
             findings.append(
                 error(
