@@ -26,7 +26,7 @@ from gpuclus.spec.checks.containers import expected_artifacts
 from gpuclus.spec.load import load_spec_text
 from gpuclus.yamldoc.patterns import RELEASE_FILE_PATTERN
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FAMILY = {"Debian.yml": "apt", "Ubuntu-22.yml": "apt", "Ubuntu-24.yml": "apt", "RedHat-9.yml": "dnf"}
 SPEC = """\
 apiVersion: gpuclus/v1
