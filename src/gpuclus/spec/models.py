@@ -18,8 +18,10 @@ from gpuclus.yamldoc.grammar import export_options_problem, export_path_problem
 from gpuclus.yamldoc.patterns import (
     ABSOLUTE_PATH,
     CLUSTER_NAME_PATTERN,
+    CUDA_VERSION_PATTERN,
     DIRECTORY_GROUP_PATTERN,
     DISK_PATH_PATTERN,
+    DRIVER_BRANCH_PATTERN,
     GPU_MODEL_PATTERN,
     INDEX_URL_PATTERN,
     LDAP_ATTRIBUTE_PATTERN,
@@ -298,7 +300,7 @@ class NvidiaDriver(_Model):
     install: bool = Field(default=True, description="Install the NVIDIA driver on GPU nodes.")
     branch: NumberText = Field(
         default="550",
-        pattern=r"^\d{3}$",
+        pattern=DRIVER_BRANCH_PATTERN,
         description="Driver branch, e.g. '550'. The packages are pinned to it and held there.",
     )
     source: Literal["auto", "cuda_repo", "distro"] = Field(
@@ -316,7 +318,7 @@ class NvidiaDriver(_Model):
 
 class Cuda(_Model):
     install: bool = Field(default=True, description="Install the CUDA toolkit on GPU nodes.")
-    version: str = Field(default="12.4", pattern=r"^\d+\.\d+$", description="CUDA toolkit version, e.g. '12.4'.")
+    version: str = Field(default="12.4", pattern=CUDA_VERSION_PATTERN, description="CUDA toolkit version, e.g. '12.4'.")
     source: Literal["auto", "cuda_repo", "distro"] = Field(
         default="auto",
         description="cuda_repo (NVIDIA's repository: /usr/local/cuda-X.Y, versions side by side), distro (the "

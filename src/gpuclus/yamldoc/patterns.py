@@ -38,6 +38,8 @@ PARTITION_PATTERN = r"^[A-Za-z0-9_-]{1,40}$"
 # Minutes or days bounded so Slurm's 32-bit time fields cannot overflow.
 MAX_TIME_PATTERN = r"^(UNLIMITED|INFINITE|\d{1,7}|\d{1,5}-\d{1,2}(:\d{1,2}){0,2}|\d{1,6}(:\d{1,2}){1,2})$"
 VERSION_PATTERN = r"^\d+\.\d+(\.\d+)?([-.][0-9A-Za-z.+~-]+)?$"
+DRIVER_BRANCH_PATTERN = r"^\d{3}$"
+CUDA_VERSION_PATTERN = r"^\d+\.\d+$"
 
 # Enroot's and Pyxis' release files, by the names NVIDIA publishes them under:
 # the packages (enroot and enroot+caps, .deb per dpkg arch, .rpm per uname -m)
@@ -87,8 +89,8 @@ PATTERN_RULES = {
     PARTITION_PATTERN: "may use only letters, digits, '_' and '-' (at most 40)",
     MAX_TIME_PATTERN: "is not a Slurm time (UNLIMITED, minutes, or days-hours:minutes:seconds)",
     VERSION_PATTERN: "is not a version like 22.05.8",
-    r"^\d{3}$": "is not a driver branch like 550",
-    r"^\d+\.\d+$": "is not a version like 12.4",
+    DRIVER_BRANCH_PATTERN: "is not a driver branch like 550",
+    CUDA_VERSION_PATTERN: "is not a version like 12.4",
     RELEASE_VERSION_PATTERN: "is not a release version like 4.1.2 (major.minor.patch)",
     RELEASE_FILE_PATTERN: "is not the name of an Enroot or Pyxis release file (enroot_<v>-1_amd64.deb, "
     "enroot-<v>-1.el8.x86_64.rpm, enroot-<v>-src.tar.gz, pyxis-<v>-src.tar.gz, ...)",
@@ -127,6 +129,9 @@ ROLE_PATTERNS = {
     "index_url": INDEX_URL_PATTERN,
     "ldap_uri": LDAP_URI_PATTERN,
     "ldap_attribute": LDAP_ATTRIBUTE_PATTERN,
+    "driver_branch": DRIVER_BRANCH_PATTERN,
+    "cuda_version": CUDA_VERSION_PATTERN,
+    "slurm_version": VERSION_PATTERN,
 }
 
 

@@ -46,6 +46,7 @@ def test_the_roles_read_the_shared_grammars() -> None:
     readers = {path.parts[-3] for path in ROLES.glob("*/vars/*.yml") if "gpuclus_patterns." in path.read_text()}
     assert readers == {
         "base",
+        "cuda_toolkit",
         "deploy_stamp",
         "enroot",
         "gpu_metrics",
@@ -54,6 +55,7 @@ def test_the_roles_read_the_shared_grammars() -> None:
         "nfs_client",
         "nfs_server",
         "node_exporter",
+        "nvidia_driver",
         "pytorch_env",
         "pyxis",
         "slurm_accounts",
