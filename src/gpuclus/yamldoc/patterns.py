@@ -132,6 +132,7 @@ ROLE_PATTERNS = {
     "driver_branch": DRIVER_BRANCH_PATTERN,
     "cuda_version": CUDA_VERSION_PATTERN,
     "slurm_version": VERSION_PATTERN,
+    "pip_requirement": PIP_REQUIREMENT_PATTERN,
 }
 
 
