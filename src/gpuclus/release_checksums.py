@@ -34,11 +34,6 @@ class ChecksumTableError(ValueError):
     """The table file is malformed (an editing mistake, caught by the unit tests)."""
 
 
-def enroot_downloads(version: str) -> tuple[str, ...]:
-    """The files a node may download for Enroot ``version``: one package per architecture and package family."""
-    return enroot_package_files(version)
-
-
 def known_checksums(enroot_version: str, pyxis_version: str) -> dict[str, str]:
     """The table's sha256 of the files these versions download, by file name (the enroot+caps ones too)."""
     wanted = {*enroot_package_files(enroot_version, caps=True), pyxis_source_file(pyxis_version)}
@@ -52,13 +47,8 @@ def unknown_downloads(enroot_version: str, pyxis_version: str) -> list[str]:
     depends on its architecture).
     """
     known = known_checksums(enroot_version, pyxis_version)
-    missing = [] if set(known) & set(enroot_downloads(enroot_version)) else [f"Enroot {enroot_version}"]
+    missing = [] if set(known) & set(enroot_package_files(enroot_version)) else [f"Enroot {enroot_version}"]
     return missing + ([] if pyxis_source_file(pyxis_version) in known else [f"Pyxis {pyxis_version}"])
-
-
-def covers_downloads(enroot_version: str, pyxis_version: str) -> bool:
-    """Does the table hold what a node downloads for these versions (an Enroot package and Pyxis' source)?"""
-    return not unknown_downloads(enroot_version, pyxis_version)
 
 
 @cache

@@ -20,7 +20,7 @@ from test_enroot_choices import templar as enroot_templar
 from test_pyxis_choices import templar as pyxis_templar
 
 from gpuclus import release_files
-from gpuclus.release_checksums import enroot_downloads, known_checksums
+from gpuclus.release_checksums import known_checksums
 from gpuclus.render.files import GROUP_VARS_DIR, render_files
 from gpuclus.spec.checks.containers import expected_artifacts
 from gpuclus.spec.load import load_spec_text
@@ -52,7 +52,7 @@ def test_the_enroot_role_installs_the_files_spec_checks_expect(os_name: str, mac
     ]
     patterns = expected_artifacts("4.0.1", "0.23.0")["enroot"]
     assert any(fnmatch.fnmatchcase(files[0], pattern) for pattern in patterns)
-    assert files[0] in enroot_downloads("4.0.1")
+    assert files[0] in release_files.enroot_package_files("4.0.1")
     assert all(re.fullmatch(RELEASE_FILE_PATTERN, name) for name in files)
     assert value(t, "__enroot_tarball") == patterns[0] == "enroot-4.0.1-src.tar.gz"
 

@@ -157,8 +157,8 @@ def downloads_unverified(view: SpecView) -> list[Finding]:
     Enroot counts as checked with a checksum for any of its release packages of the version (which one a
     node downloads depends on its architecture, unknown here; the role refuses the others at deploy time).
     """
-    from gpuclus.release_checksums import enroot_downloads, known_checksums
-    from gpuclus.release_files import enroot_package_file, pyxis_source_file
+    from gpuclus.release_checksums import known_checksums
+    from gpuclus.release_files import enroot_package_file, enroot_package_files, pyxis_source_file
 
     containers = view.spec.containers
     if not (containers.enroot or containers.pyxis):
@@ -168,7 +168,7 @@ def downloads_unverified(view: SpecView) -> list[Finding]:
     have = set(containers.checksums) | set(known_checksums(containers.enroot_version, containers.pyxis_version))
     # Each missing download, with the file name the hint asks a checksum for.
     missing: dict[str, str] = {}
-    if containers.enroot and not have & set(enroot_downloads(containers.enroot_version)):
+    if containers.enroot and not have & set(enroot_package_files(containers.enroot_version)):
         missing[f"Enroot {containers.enroot_version}"] = enroot_package_file(
             containers.enroot_version, family="apt", machine="x86_64"
         )
