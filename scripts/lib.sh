@@ -1,4 +1,4 @@
-# Shared by scripts/bootstrap.sh and scripts/install.sh (sourced, not run).
+# Shared by scripts/bootstrap.sh, scripts/install.sh and scripts/test.sh (sourced, not run).
 
 say() { printf '==> %s\n' "$*" >&2; }
 

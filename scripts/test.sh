@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh --dev
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 export PATH="$PWD/.venv/bin:$PATH"
 # The job templates' and validate's CPU maths tests run real PyTorch: the CPU
 # wheel from /opt/wheels, where this machine has it (a plain torch from PyPI
@@ -30,8 +32,7 @@ command -v mksquashfs >/dev/null || host_packages+=(squashfs-tools)
 command -v scontrol >/dev/null || host_packages+=(slurm-client)
 if [ "${#host_packages[@]}" -gt 0 ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
   step "installing ${host_packages[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${host_packages[@]}" >/dev/null
+  apt_install "${host_packages[@]}"
 fi
 
 # The alert-rule and dashboard-query tests run Debian's promtool and a
