@@ -8,7 +8,18 @@ apt_install() {
     exit 2
   fi
   say "installing OS packages: $*"
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq
+  # DPkg::Lock::Timeout waits for dpkg's lock only: `apt-get update` fails at
+  # once while another apt (a second lane, unattended-upgrades) holds the
+  # lists' lock, so it is tried again for up to ten minutes.
+  local tries=0 output
+  until output=$(DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -qq 2>&1); do
+    tries=$((tries + 1))
+    if [ "$tries" -ge 300 ] || ! grep -qE 'Could not get lock|Unable to lock' <<<"$output"; then
+      printf '%s\n' "$output" >&2
+      return 1
+    fi
+    sleep 2
+  done
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "$@" >/dev/null
 }
 

@@ -88,6 +88,14 @@ class StateDir:
         added = [f"{_host_field(address)} {key}" for address, keys in sorted(entries.items()) for key in keys]
         write_text_atomic(self.known_hosts, "".join(f"{line}\n" for line in [*kept, *added]), mode=0o600)
 
+    def knows_host(self, address: str) -> bool:
+        """Whether known_hosts holds a key for this address (port 22)."""
+        try:
+            lines = self.known_hosts.read_text().splitlines()
+        except FileNotFoundError:
+            return False
+        return any(line.split()[:1] == [_host_field(address)] for line in lines)
+
     def forget_known_hosts(self, addresses: list[str]) -> None:
         if not self.known_hosts.exists():
             return

@@ -220,6 +220,12 @@ def test_down_removes_nodes_network_volume_and_host_keys(sandbox: tuple[Path, di
 def test_interrupted_up_is_completed_or_removed_cleanly(tmp_path: Path) -> None:
     spec = tmp_path / "sandbox.yaml"
     cluster = "itint"
+    # A directory that held a sandbox before keeps its known_hosts file (down
+    # only drops the nodes' lines): a node the interrupted up started but never
+    # set up must still be set up by the next up.
+    state = StateDir.beside(spec)
+    state.private_dir(state.ssh_dir)
+    state.known_hosts.write_text("192.0.2.1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHN0YWxlIGtleSBvZiBhbm90aGVyIGhvc3Q=\n")
     process = subprocess.Popen(
         [*GPUCLUS, "sandbox", "up", "--name", cluster, "--nodes", "2", "--spec", str(spec)],
         stdout=subprocess.PIPE,
@@ -237,7 +243,9 @@ def test_interrupted_up_is_completed_or_removed_cleanly(tmp_path: Path) -> None:
         time.sleep(0.5)
         process.send_signal(signal.SIGINT)
         process.wait(timeout=120)
-        assert process.returncode == 130, "".join(seen)
+        # 130 from gpuclus' own handler; now and then CPython ends on the signal
+        # itself (-2), which a shell reports as 130 too. Either way: stopped by Ctrl-C.
+        assert process.returncode in (130, -signal.SIGINT), "".join(seen) + process.stderr.read()
         # The next up finishes what was started...
         finished = gpuclus("sandbox", "up", "--name", cluster, "--nodes", "2", "--spec", str(spec))
         assert finished.returncode == 0, finished.stderr

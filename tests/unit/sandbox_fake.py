@@ -62,7 +62,10 @@ def labels_of(words):
 
 
 def selector(words):
-    # NAME in --filter label=gpuclus.sandbox=NAME; None for --filter label=gpuclus.sandbox (any sandbox)
+    # NAME in --filter label=gpuclus.sandbox=NAME; None for --filter label=gpuclus.sandbox (any
+    # sandbox) or no filter (every container)
+    if "--filter" not in words:
+        return None
     parts = value("--filter", words).split("=", 2)
     return parts[2] if len(parts) == 3 else None
 
@@ -145,7 +148,8 @@ elif command == "inspect":
     ]))
 elif command == "run":
     labels = labels_of(rest)
-    if value("--name", rest) in state["containers"]:
+    # "storage": names a `run` killed half-way left in podman's storage, which no listing shows.
+    if value("--name", rest) in state["containers"] or value("--name", rest) in state.get("storage", []):
         fail(f"Error: creating container storage: the container name \"{value('--name', rest)}\" is already in use")
     state["containers"][value("--name", rest)] = {
         "cluster": labels["gpuclus.sandbox"], "labels": labels, "state": "running", "argv": args
@@ -158,6 +162,8 @@ elif command == "start":
 elif command == "rm":
     for name in rest[1:]:
         state["containers"].pop(name, None)
+        if name in state.get("storage", []):
+            state["storage"].remove(name)
     save()
 elif command == "exec":
     if rest[0] == "--interactive":

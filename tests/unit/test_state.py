@@ -199,3 +199,12 @@ def test_sandbox_record_damaged(tmp_path: Path, text: str) -> None:
         SandboxRecord.load(path)
     assert str(path) in caught.value.message
     assert caught.value.hint and "sandbox down" in caught.value.hint
+
+
+def test_knows_host_names_only_addresses_with_a_key_on_port_22(state: StateDir) -> None:
+    assert not state.knows_host("10.213.0.10")  # no file yet
+    state.private_dir(state.ssh_dir)
+    state.known_hosts.write_text(f"[10.213.0.10]:2222 {host_key_line()}\n10.213.0.11 {host_key_line()}\n\n")
+    assert state.knows_host("10.213.0.11")
+    assert not state.knows_host("10.213.0.10")
+    assert not state.knows_host("10.213.0.1")

@@ -146,6 +146,9 @@ class Engine:
     def remove(self, names: Sequence[str]) -> list[str]:
         return self._cli("rm", "--force", *names)
 
+    def all_container_names(self) -> list[str]:
+        return self._cli("ps", "--all", "--format", "{{.Names}}")
+
     def list_containers(self, cluster: str | None = None) -> list[str]:
         selector = f"label={LABEL}" if cluster is None else f"label={LABEL}={cluster}"
         return self._cli("ps", "--all", "--filter", selector, "--format", "{{.Names}}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +53,6 @@ def can_apt() -> bool:
 
 def apt_install(packages: list[str], say: Callable[[str], None]) -> None:
     say(f"installing {' '.join(packages)} with apt-get (needed by the sandbox)")
-    environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     # Another apt (unattended-upgrades, a second `sandbox up` beside this one) may hold
     # dpkg's lock for a while: wait for it instead of failing at once.
     wait_for_lock = ["-o", f"DPkg::Lock::Timeout={APT_LOCK_WAIT_S}"]
@@ -60,12 +60,28 @@ def apt_install(packages: list[str], say: Callable[[str], None]) -> None:
         ["apt-get", *wait_for_lock, "update", "-qq"],
         ["apt-get", *wait_for_lock, "install", "-y", "-qq", "--no-install-recommends", *packages],
     ):
-        result = subprocess.run(argv, capture_output=True, text=True, env=environment, check=False, timeout=900)
+        result = run_apt(argv, deadline=time.monotonic() + APT_LOCK_WAIT_S)
         if result.returncode != 0:
             raise SandboxError(
                 f"apt-get could not install {' '.join(packages)}: {engine_message(result.stderr) or 'failed'}",
                 "install them by hand, then run `gpuclus sandbox up` again",
             )
+
+
+# What apt says when another apt holds a lock. DPkg::Lock::Timeout makes apt wait
+# for dpkg's lock only: `apt-get update` fails at once on the lists' lock.
+APT_LOCK_MESSAGES = ("Could not get lock", "Unable to lock")
+
+
+def run_apt(argv: list[str], *, deadline: float, pause: float = 2.0) -> subprocess.CompletedProcess[str]:
+    """Run an apt-get command, again every ``pause`` seconds while another apt holds a lock, until ``deadline``."""
+    environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    while True:
+        result = subprocess.run(argv, capture_output=True, text=True, env=environment, check=False, timeout=900)
+        locked = result.returncode != 0 and any(message in result.stderr for message in APT_LOCK_MESSAGES)
+        if not locked or time.monotonic() + pause > deadline:
+            return result
+        time.sleep(pause)
 
 
 def _podman_usable() -> bool:

@@ -248,10 +248,12 @@ def up(options: UpOptions, say: Say) -> UpResult:
         raise SandboxError(f"node(s) {', '.join(not_running)} did not stay running", logs_hint(engine))
 
     notes: list[str] = _slurm_mix_notes(layout)
-    # Only nodes that were just created or started are (re)configured: running
-    # ones may hold what a deploy put there since.
+    # Only nodes that were just created or started, or whose host key was never
+    # recorded, are (re)configured: running ones may hold what a deploy put there
+    # since. A node an interrupted `up` started but never set up is running with
+    # no recorded key, and is set up now (the setup script is idempotent).
     to_configure = [
-        node for node in layout.nodes if node.name in created or image_built or not state.known_hosts.exists()
+        node for node in layout.nodes if node.name in created or image_built or not state.knows_host(node.address)
     ]
     if to_configure:
         say(f"waiting for systemd and sshd on {', '.join(node.name for node in to_configure)}")
@@ -462,7 +464,9 @@ def status(spec_path: Path, *, check: bool = True) -> tuple[SandboxRecord | None
     nodes = [node_status(node, states.get(node.name, "missing")) for node in record.nodes]
     if check and state.known_hosts.exists():
         running = {node.name for node in nodes if node.state == "running"}
-        reached = {s.name: s for s in check_ssh([n for n in record.nodes if n.name in running], state, attempts=1)}
+        # Three tries a second apart: one refused connection on a loaded host
+        # (CI's three lanes) is not yet a node whose sshd is down.
+        reached = {s.name: s for s in check_ssh([n for n in record.nodes if n.name in running], state, attempts=3)}
         for node in nodes:
             if node.name in reached:
                 node.ssh, node.detail = reached[node.name].ssh, reached[node.name].detail

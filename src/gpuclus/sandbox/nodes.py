@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from gpuclus.sandbox.engine import OS_LABEL, OWNER_LABEL, Engine, NodeContainer, SandboxError
+from gpuclus.sandbox.engine import OS_LABEL, OWNER_LABEL, Engine, NodeContainer, SandboxError, engine_message
 from gpuclus.sandbox.image import ADMIN_USER, FAKE_GPU_CONFIG
 from gpuclus.sandbox.layout import NFS_VOLUME_MOUNT, TEST_IMAGE, SandboxLayout, SandboxNode
 from gpuclus.sandbox.oses import DEFAULT_OS
@@ -91,9 +91,25 @@ def ensure_nodes(
                 continue
             engine.run(engine.remove([container.name]), what=f"removing broken {container.name}")
         say(f"starting node {container.name} at {container.address}")
-        engine.run(engine.run_node(container), what=f"starting {container.name}")
+        started = engine.run(engine.run_node(container), what=f"starting {container.name}", check=False)
+        if started.returncode != 0 and "already in use" in started.stderr and _storage_only(engine, container.name):
+            # A podman `run` killed half-way (Ctrl-C) can leave storage under the name
+            # that no container owns; it holds nothing of a node yet, so it goes. A
+            # real container of that name (not gpuclus') is never touched.
+            engine.run(engine.remove([container.name]), what=f"removing the remains of {container.name}")
+            started = engine.run(engine.run_node(container), what=f"starting {container.name}", check=False)
+        if started.returncode != 0:
+            raise SandboxError(f"starting {container.name} failed: {engine_message(started.stderr) or 'no message'}")
         touched.append(container.name)
     return touched
+
+
+def _storage_only(engine: Engine, name: str) -> bool:
+    """Whether ``name`` is held by podman storage that no container (of any label) owns."""
+    if engine.kind != "podman":
+        return False
+    everything = engine.run(engine.all_container_names(), what="listing containers", check=False)
+    return everything.returncode == 0 and name not in everything.stdout.split()
 
 
 def inspect_nodes(engine: Engine, layout: SandboxLayout) -> list[NodeStatus]:
