@@ -231,6 +231,8 @@ def block_real_engines(monkeypatch: pytest.MonkeyPatch) -> None:
         lambda mirror=None, suite=SUITE: RECIPE if suite == SUITE else replace(RECIPE, suite=suite),
     )
     monkeypatch.setattr(network, "host_routes", lambda: [])
+    # Never the host's own setting: a path that does not exist reads as nothing to check.
+    monkeypatch.setattr(hostprep, "INOTIFY_INSTANCES_FILE", Path("/nonexistent/gpuclus-test/max_user_instances"))
 
 
 def wire(monkeypatch: pytest.MonkeyPatch, engine: FakeEngine) -> None:

@@ -80,7 +80,11 @@ def up(
     ] = None,
     install: Annotated[
         bool,
-        typer.Option("--install/--no-install", help="Install podman, runc and debootstrap with apt when missing."),
+        typer.Option(
+            "--install/--no-install",
+            help="Install podman, runc and debootstrap with apt when missing, and raise the host's inotify"
+            " instances for many nodes (--no-install refuses instead, naming the command).",
+        ),
     ] = True,
     mirror: Annotated[
         str | None,

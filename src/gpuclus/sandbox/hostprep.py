@@ -1,8 +1,9 @@
 """Getting the host ready for sandbox nodes: root, an engine, debootstrap, disk space.
 
 When something is missing and the host is Debian/Ubuntu run as root, gpuclus
-installs it with apt and says so (allowed unless --no-install). It changes no
-host-wide configuration: every setting the nodes need is passed per container.
+installs it with apt and says so (allowed unless --no-install). Every setting
+the nodes need is passed per container, but one: the host's inotify instances
+for many nodes (ensure_inotify_instances), which has no per-container form.
 """
 
 from __future__ import annotations
@@ -136,6 +137,51 @@ def ensure_debootstrap(*, install: bool, say: Callable[[str], None]) -> str:
         "debootstrap is needed to build the node image and is not installed",
         "apt-get install debootstrap (needs a Debian/Ubuntu host)",
     )
+
+
+# Each node's systemd (PID 1, journald, logind, ... and later the cluster's
+# daemons) holds inotify instances, counted against root on the host: the nodes
+# run as the host's root (privileged, no user namespace). A booted node holds
+# about 7, a deployed one more; with Linux's default of 128 the 18th node's
+# systemd cannot watch its units and its boot stalls. Room for 16 per node is
+# left on top of what the host itself uses.
+INOTIFY_INSTANCES_FILE = Path("/proc/sys/fs/inotify/max_user_instances")
+INOTIFY_BASE = 128
+INOTIFY_PER_NODE = 16
+
+
+def inotify_instances_needed(node_count: int) -> int:
+    return INOTIFY_BASE + INOTIFY_PER_NODE * node_count
+
+
+def ensure_inotify_instances(node_count: int, *, install: bool, say: Callable[[str], None]) -> None:
+    """Raise fs.inotify.max_user_instances for ``node_count`` nodes on this host, or say how (--no-install).
+
+    The one host setting the sandbox changes: the kernel has no per-container
+    limit to set instead. It lasts until the host reboots; it is only raised.
+    """
+    setting = INOTIFY_INSTANCES_FILE
+    try:
+        current = int(setting.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return  # not Linux's procfs: nothing to read, nothing gpuclus can set
+    needed = inotify_instances_needed(node_count)
+    if current >= needed:
+        return
+    hint = f"sysctl -w fs.inotify.max_user_instances={needed} (until reboot; a file in /etc/sysctl.d/ keeps it)"
+    if not install:
+        raise UsageError(
+            f"{node_count} sandbox nodes need fs.inotify.max_user_instances >= {needed} (it is {current}): "
+            "each node's systemd holds inotify instances, and a node short of them stalls at boot",
+            hint,
+        )
+    try:
+        setting.write_text(f"{needed}\n")
+    except OSError as problem:
+        raise SandboxError(
+            f"could not raise fs.inotify.max_user_instances from {current} to {needed}: {problem.strerror}", hint
+        ) from None
+    say(f"raised fs.inotify.max_user_instances from {current} to {needed} for {node_count} nodes (until reboot)")
 
 
 def check_disk(paths: list[Path], minimum: int = MIN_FREE_BYTES) -> None:

@@ -224,6 +224,11 @@ def up(options: UpOptions, say: Say) -> UpResult:
             image_built = True
     images = {name: recipe.tag for name, recipe in recipes.items()}
 
+    # Every sandbox's nodes on this host share root's inotify instances.
+    everyone = set(engine.run(engine.list_containers(), what="listing sandbox nodes").stdout.split())
+    hostprep.ensure_inotify_instances(
+        len(everyone | {node.name for node in layout.nodes}), install=options.install, say=say
+    )
     public_key = state.ensure_ssh_key()
     added = [node.name for node in _nodes_not_in(layout, existing.layout)] if existing else []
     dropped = _nodes_not_in(existing.layout, layout) if existing else []

@@ -231,17 +231,32 @@ def wait_for_boot(engine: Engine, name: str, timeout: float = BOOT_TIMEOUT) -> s
     deadline = time.monotonic() + timeout
     state = ""
     while time.monotonic() < deadline:
-        result = engine.run(
-            engine.exec(name, ["systemctl", "is-system-running", "--wait"]),
-            what=f"waiting for {name} to boot",
-            check=False,
-            timeout=max(1.0, deadline - time.monotonic()),
-        )
+        try:
+            result = engine.run(
+                engine.exec(name, ["systemctl", "is-system-running", "--wait"]),
+                what=f"waiting for {name} to boot",
+                check=False,
+                timeout=max(1.0, deadline - time.monotonic()),
+            )
+        except SandboxError:
+            # --wait outlived the deadline: boot is stuck, not the engine. What
+            # systemd says now ("initializing", "starting") names that.
+            return _boot_state_now(engine, name) or state
         state = result.stdout.strip()
         if state in {"running", "degraded", "maintenance", "stopping"}:
             return state
         time.sleep(0.3)
     return state
+
+
+def _boot_state_now(engine: Engine, name: str) -> str:
+    try:
+        result = engine.run(
+            engine.exec(name, ["systemctl", "is-system-running"]), what=f"asking {name}", check=False, timeout=10
+        )
+    except SandboxError:
+        return ""
+    return result.stdout.strip()
 
 
 def configure_nodes(
@@ -263,7 +278,10 @@ def configure_nodes(
             ).stdout.split()
             notes.append(f"{node.name}: systemd is degraded (failed: {' '.join(failed[:1]) or 'unknown'})")
         elif state != "running":
-            raise SandboxError(f"{node.name} did not finish booting (systemd says {state or 'nothing'})")
+            raise SandboxError(
+                f"{node.name} did not finish booting in {BOOT_TIMEOUT} s (systemd says {state or 'nothing'})",
+                f"`{engine.kind} exec {node.name} systemctl list-jobs` shows what it waits for",
+            )
         result = engine.run(
             engine.exec(node.name, ["sh", "-s"], interactive=True),
             what=f"configuring {node.name}",
