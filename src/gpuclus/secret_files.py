@@ -46,9 +46,14 @@ class Secrets:
         return [key.hex(), self.db_password.read_text().strip(), self.grafana_password.read_text().strip()]
 
 
+def secrets_directory(state: StateDir) -> Path:
+    """Where the secrets are (ensure_secrets creates it)."""
+    return state.root / "secrets"
+
+
 def ensure_secrets(state: StateDir) -> Secrets:
     """Create missing secrets; existing ones are kept (rotating them is a deliberate act)."""
-    directory = state.private_dir(state.root / "secrets")
+    directory = state.private_dir(secrets_directory(state))
     found = Secrets(directory)
     _write_once(found.munge_key, os.urandom(1024))
     for path in (found.db_password, found.grafana_password):

@@ -121,7 +121,8 @@ class Cluster:
     engine: str
     addresses: dict[str, str]
     first: dict[str, Any]  # `deploy --json` of the fresh deploy
-    second: dict[str, Any]  # and of the one after it
+    second: dict[str, Any]  # and of the one after it, with --full (every task runs: idempotence)
+    third: dict[str, Any]  # and of a plain one after that (every node in sync: nothing runs)
     # `deploy --check --json` on the fresh nodes before the first deploy, and
     # what those nodes had installed right after it (must be nothing of Slurm).
     fresh_check: dict[str, Any] = field(default_factory=dict)

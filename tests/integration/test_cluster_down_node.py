@@ -93,7 +93,7 @@ def retry_the_node_brought_back(cluster: Cluster) -> None:
 
 def assert_converged(cluster: Cluster) -> None:
     """A further deploy changes nothing and both compute nodes are idle again."""
-    code, again = deploy_json(cluster.spec)
+    code, again = deploy_json(cluster.spec, "--full")
     assert code == 0 and again["changed"] == 0, again["hosts"]
     cluster.on(HEAD, f"scontrol update nodename={GPU2} state=resume", check=False)
     assert sinfo_states(cluster) == {GPU1: "idle", GPU2: "idle"}

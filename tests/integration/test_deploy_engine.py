@@ -82,14 +82,15 @@ def test_first_deploy_runs_the_phases_in_order_and_changes_things(spec: Path, ou
 
 
 def test_second_deploy_changes_nothing(spec: Path, outputs: list[str]) -> None:
-    code, report, stderr = deploy_json(spec)
+    # --full: every task runs (a plain deploy would find every node as the first left it and run nothing).
+    code, report, stderr = deploy_json(spec, "--full")
     outputs += [json.dumps(report), stderr]
     assert code == 0
     assert report["changed"] == 0
 
 
 def test_human_output_shows_each_phase_and_a_summary(spec: Path, outputs: list[str]) -> None:
-    result = gpuclus("deploy", str(spec))
+    result = gpuclus("deploy", str(spec), "--full")
     outputs += [result.stdout, result.stderr]
     assert result.returncode == 0, result.stderr
     for phase in ("base", "nfs", "slurm", "monitoring"):
@@ -99,7 +100,7 @@ def test_human_output_shows_each_phase_and_a_summary(spec: Path, outputs: list[s
 
 
 def test_a_failing_task_names_host_task_and_reason_and_the_rest_finish(spec: Path, outputs: list[str]) -> None:
-    code, report, stderr = deploy_json(spec, GPUCLUS_TEST_FAIL_HOST=f"{CLUSTER}-gpu01")
+    code, report, stderr = deploy_json(spec, "--full", GPUCLUS_TEST_FAIL_HOST=f"{CLUSTER}-gpu01")
     outputs += [json.dumps(report), stderr]
     assert code == 1
     assert report["status"] == "failed"
@@ -135,7 +136,7 @@ def test_ctrl_c_stops_the_run_and_the_next_run_is_clean(spec: Path, outputs: lis
     state = StateDir.beside(spec)
     before = set((state.root / "runs").iterdir())
     process = subprocess.Popen(
-        [*GPUCLUS, "deploy", str(spec), "--json"],
+        [*GPUCLUS, "deploy", str(spec), "--full", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -10,6 +10,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 HELPERS = str(Path(__file__).resolve().parent)
 if HELPERS not in sys.path:
     sys.path.insert(0, HELPERS)
+
+
+@pytest.fixture(autouse=True)
+def _no_fingerprint_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unit tests reach no node: a deploy run in-process reads no node's fingerprint over SSH (every node
+    answers none, so none is recorded); tests of deploy/in_sync.py pass their own reader."""
+    from gpuclus.deploy import in_sync
+
+    monkeypatch.setattr(in_sync, "read_fingerprints", lambda loaded, spec_path, names: dict.fromkeys(names))

@@ -50,6 +50,14 @@ def deploy(
             "first, checked with nvidia-smi after, then resumed.",
         ),
     ] = False,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="Run every task even when every node still holds the last full deploy's state "
+            "(a plain deploy then runs nothing; see docs/deploy.md#nothing-to-do).",
+        ),
+    ] = False,
     max_unavailable: Annotated[
         int,
         typer.Option(
@@ -106,6 +114,7 @@ def deploy(
             keep=keep,
             preflight=not no_preflight,
             reboot=reboot,
+            skip_in_sync=not full,
         )
         if not (limit or retry_failed or check) and _rolled(out, request, loaded, max_unavailable, json_mode):
             return

@@ -131,6 +131,12 @@ class _ProgressView:
             self.out.warn(f"leaving out {', '.join(report.node for report in bad)}: preflight failed (see above)")
         self.left_out = [report.node for report in bad]
 
+    def in_sync_checked(self, verdict: Any, seconds: float) -> None:
+        if verdict.in_sync:
+            self.out.note(f"[dim]every node still holds deploy {escape(verdict.since or '')} ({seconds:.1f} s)[/]")
+        else:
+            self.out.note(f"[dim]running every task: {escape(verdict.reason)} ({seconds:.1f} s)[/]")
+
     def phases_skipped(self, skipped: list[Any]) -> None:
         if self.only:
             return
@@ -256,6 +262,14 @@ def print_summary(out: Output, record: Any, seconds: float) -> None:
     changed = record.changed_total()
     if record.check:
         _print_check_summary(out, record, seconds, phases)
+        return
+    if record.in_sync_with:
+        full = gpuclus_command("deploy", record.spec, "--full")
+        out.result(
+            f"[green]✓[/] deploy {record.id}: nothing to do — the spec, gpuclus and every node are as deploy "
+            f"{escape(record.in_sync_with)} left them (`{escape(full)}` runs every task anyway)"
+        )
+        _print_notices(out, record)
         return
     if record.status == "successful":
         out.result(f"[green]✓[/] deploy {record.id}: {changed} changed in {seconds:.0f} s ({phases})")

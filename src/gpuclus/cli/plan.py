@@ -253,6 +253,9 @@ class _CheckProgress:
     def preflight_done(self, reports: list[Any], seconds: float) -> None:
         pass  # plan's check run has no preflight
 
+    def in_sync_checked(self, verdict: Any, seconds: float) -> None:
+        pass  # a check run always runs
+
     def phases_skipped(self, skipped: list[Any]) -> None:
         pass  # the spec's unneeded phases are deploy's news, not plan's
 

@@ -8,6 +8,7 @@ unit-testable with fakes. The steps stay public for tests of each one.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -16,17 +17,17 @@ from pathlib import Path
 from typing import Protocol
 
 from gpuclus import __version__
-from gpuclus.deploy import records
+from gpuclus.deploy import in_sync, records
 from gpuclus.deploy.events import Event
 from gpuclus.deploy.last_applied import FileChange, diff_renders, read_last_applied, save_last_applied
 from gpuclus.deploy.lock import deploy_lock
 from gpuclus.deploy.phases import Phase, PhaseChoice, parse_phase_list, select_phases, wanted_phases
 from gpuclus.deploy.runner import DeployRun, RunOutcome
-from gpuclus.deploy.workspace import RunConfig, missing_playbooks, prepare_run
+from gpuclus.deploy.workspace import RunConfig, missing_playbooks, new_run_id, prepare_run
 from gpuclus.errors import ExitCode, GpuclusError, UsageError
 from gpuclus.preflight import runner as preflight_runner
 from gpuclus.preflight.report import NodeReport
-from gpuclus.secret_files import ensure_secrets
+from gpuclus.secret_files import ensure_secrets, secrets_directory
 from gpuclus.spec import hostlist
 from gpuclus.spec.load import LoadedSpec
 from gpuclus.state import StateDir
@@ -47,6 +48,9 @@ class DeployRequest:
     preflight: bool = True
     # Reboot, once, the GPU nodes whose new NVIDIA driver is not loaded (drained in Slurm first).
     reboot: bool = False
+    # Run nothing when every node still holds the last full deploy's state (deploy/in_sync.py); only a plain
+    # deploy of every phase asks, and `gpuclus deploy --full` does not.
+    skip_in_sync: bool = False
 
 
 class AnsibleRun(Protocol):
@@ -71,6 +75,9 @@ class DeployObserver(Protocol):
 
     def preflight_done(self, reports: list[NodeReport], seconds: float) -> None: ...
 
+    def in_sync_checked(self, verdict: in_sync.Verdict, seconds: float) -> None:
+        """Whether the nodes still hold the last full deploy (asked before preflight; in sync: nothing runs)."""
+
     def phases_skipped(self, skipped: list[PhaseChoice]) -> None: ...
 
     def run_started(self, run: AnsibleRun) -> None:
@@ -83,6 +90,9 @@ class QuietObserver:
     """Shows nothing (`gpuclus plan --check` reports only the outcome)."""
 
     def preflight_done(self, reports: list[NodeReport], seconds: float) -> None:
+        pass
+
+    def in_sync_checked(self, verdict: in_sync.Verdict, seconds: float) -> None:
         pass
 
     def phases_skipped(self, skipped: list[PhaseChoice]) -> None:
@@ -128,14 +138,24 @@ def deploy(
     *,
     preflight: Preflight | None = None,
     start_run: Callable[[RunConfig], AnsibleRun] | None = None,
+    fingerprints: in_sync.Probe | None = None,
 ) -> DeployResult:
     """The whole deploy: scope once, lock, preflight, prepare, run, record, prune old records.
 
     Bad options fail (UsageError) before any SSH, and so does a second run in
-    the same spec directory (deploy/lock.py). ``preflight`` and
-    ``start_run`` default to the real SSH preflight and ansible-runner.
+    the same spec directory (deploy/lock.py). ``preflight``, ``start_run`` and
+    ``fingerprints`` default to the real SSH preflight, ansible-runner and
+    in_sync.read_fingerprints. A plain deploy of every phase (``skip_in_sync``)
+    whose nodes all still hold the last full deploy's state runs nothing and
+    records that; every other run keeps in-sync.json true afterwards.
     """
     chosen = scope(request, loaded)
+    probe = fingerprints or in_sync.read_fingerprints
+    full = _is_full(chosen, loaded)
+    if request.skip_in_sync and full and not (request.check or request.retry_failed or request.reboot):
+        skipped = _skip_if_in_sync(request, loaded, chosen, observer, probe)
+        if skipped is not None:
+            return skipped
     ran = run_locked(
         request.spec_path,
         loaded,
@@ -145,8 +165,79 @@ def deploy(
         prepare=lambda reports: prepare(request, loaded, chosen, preflight_failures(reports)),
         keep=request.keep,
         start_run=start_run,
+        after_run=lambda prepared, record: _record_in_sync(request, loaded, prepared, record, full, probe),
     )
     return DeployResult(ran.record, exit_code(ran.record), ran.prepared.config.run_dir, ran.seconds)
+
+
+def _is_full(chosen: RunScope, loaded: LoadedSpec) -> bool:
+    """Every phase the spec needs (such a run stamps its nodes)."""
+    assert loaded.spec is not None and loaded.topology is not None
+    return chosen.phases == [choice.phase for choice in wanted_phases(loaded.spec, loaded.topology)[0]]
+
+
+def _in_sync_key(spec_path: Path, loaded: LoadedSpec, rendered: dict[str, str], phases: list[Phase]) -> str:
+    state = StateDir.beside(spec_path)
+    return in_sync.run_key(
+        rendered,
+        [phase.value for phase in phases],
+        secrets_directory(state),
+        state.public_key,
+        in_sync.control_inputs(loaded, spec_path),
+    )
+
+
+def _skip_if_in_sync(
+    request: DeployRequest, loaded: LoadedSpec, chosen: RunScope, observer: DeployObserver, probe: in_sync.Probe
+) -> DeployResult | None:
+    """A successful record of a run that ran nothing when every node of ``chosen`` is in sync; else None."""
+    state = StateDir.beside(request.spec_path)
+    with deploy_lock(state):
+        started = time.time()
+        key = _in_sync_key(request.spec_path, loaded, render_for_run(request.spec_path, loaded), chosen.phases)
+        verdict = in_sync.judge(state, key, chosen.hosts, lambda names: probe(loaded, request.spec_path, names))
+        observer.in_sync_checked(verdict, time.time() - started)
+        if not verdict.in_sync:
+            return None
+        # What that run's roles left undone on purpose (Grafana unreachable, no GPU exporter) still holds.
+        matched = records.load_record(state, verdict.since) if verdict.since else None
+        run_id = new_run_id()
+        run_dir = state.private_dir(state.private_dir(state.root / "runs") / run_id)
+        record = records.RunRecord(
+            id=run_id,
+            spec=str(request.spec_path),
+            spec_sha256=hashlib.sha256(loaded.document.text.encode()).hexdigest(),
+            phases_requested=[phase.value for phase in chosen.phases],
+            limit=chosen.limit,
+            check=False,
+            started_at=started,
+            gpuclus_version=__version__,
+            status="successful",
+            rc=0,
+            finished_at=time.time(),
+            in_sync_with=verdict.since,
+            notices=matched.notices if matched is not None else [],
+        )
+        record.save(run_dir)
+        if request.keep is not None:
+            records.prune(state, request.keep)
+    return DeployResult(record, ExitCode.OK, run_dir, 0.0)
+
+
+def _record_in_sync(
+    request: DeployRequest,
+    loaded: LoadedSpec,
+    prepared: PreparedDeploy,
+    record: records.RunRecord,
+    full: bool,
+    probe: in_sync.Probe,
+) -> None:
+    """After a successful full run (prepare() forgot its nodes): their fingerprints, under this run's key."""
+    if prepared.config.check or not full or record.status != "successful" or record.reboot_pending:
+        return
+    hosts = prepared.config.limit.split(",") if prepared.config.limit else list(prepared.config.hosts)
+    key = _in_sync_key(request.spec_path, loaded, prepared.rendered, prepared.phases)
+    in_sync.remember(prepared.state, key, record.id, probe(loaded, request.spec_path, hosts))
 
 
 @dataclass(frozen=True)
@@ -355,6 +446,10 @@ def prepare(
         )
     secrets = ensure_secrets(state)
     rendered = render_for_run(request.spec_path, loaded)
+    if not request.check:
+        # From here the nodes may change: however this run ends (Ctrl-C, a crash), they no longer count as
+        # in sync until a successful full run records them again (_record_in_sync).
+        in_sync.forget(state, chosen.hosts)
     config = prepare_run(
         spec_path=request.spec_path,
         spec_text=loaded.document.text,

@@ -86,6 +86,8 @@ class RunRecord:
     rebooted: list[str] = field(default_factory=list)
     # What roles said they left undone on purpose (HostResult.notice), once per host and text.
     notices: list[Notice] = field(default_factory=list)
+    # Set when nothing ran because every node still held this run's state (deploy/in_sync.py).
+    in_sync_with: str | None = None
 
     @property
     def seconds(self) -> float:

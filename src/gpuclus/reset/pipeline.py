@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpuclus import __version__
-from gpuclus.deploy import records
+from gpuclus.deploy import in_sync, records
 from gpuclus.deploy.last_applied import last_applied_dir
 from gpuclus.deploy.pipeline import (
     AnsibleRun,
@@ -191,6 +191,8 @@ def reset(
 
     def forget_after_full_reset(prepared: PreparedDeploy, record: records.RunRecord) -> None:
         nonlocal forgot
+        # Whatever happened, the reset nodes no longer hold a deploy: their next deploy runs in full.
+        in_sync.forget(state, chosen)
         # execute() saved last-applied after a full successful run; a full reset drops it. Some nodes
         # unreachable: the others were still reset, and plan must not diff against the old cluster.
         if record.status in {"successful", "unreachable"} and full:

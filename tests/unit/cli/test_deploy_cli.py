@@ -62,6 +62,7 @@ RECORD_KEYS = {
     "reboot_pending",
     "rebooted",
     "notices",
+    "in_sync_with",
     "started_at",
     "gpuclus_version",
     "status",
@@ -257,6 +258,47 @@ def test_deploy_runs_the_preflight_first(tmp_path: Path, preflight: FakePrefligh
     spec = write_spec(tmp_path, SANDBOX)
     deploy(str(spec))
     assert preflight.calls == [spec]
+
+
+def recorded_in_sync(spec: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if a full deploy of every node had been recorded and the nodes still answered as then (no SSH)."""
+    from gpuclus.deploy import in_sync
+    from gpuclus.spec.load import load_spec
+
+    loaded = load_spec(spec)
+    chosen = pipeline.scope(pipeline.DeployRequest(spec_path=spec), loaded)
+    key = pipeline._in_sync_key(spec, loaded, pipeline.render_for_run(spec, loaded), chosen.phases)
+    fingerprints: dict[str, str | None] = {name: name.ljust(64, "0") for name in chosen.hosts}
+    in_sync.remember(StateDir.beside(spec), key, "20261202T100000Z-abcd", fingerprints)
+    monkeypatch.setattr(in_sync, "read_fingerprints", lambda loaded, spec_path, names: fingerprints)
+
+
+def test_a_deploy_of_an_unchanged_cluster_runs_nothing_and_says_so(
+    tmp_path: Path, preflight: FakePreflight, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = write_spec(tmp_path, SANDBOX)
+    with_key(spec)
+    recorded_in_sync(spec, monkeypatch)
+    result = deploy(str(spec))
+    assert result.exit_code == 0, result.output
+    assert preflight.calls == []  # and pipeline.execute, a trap, was not reached
+    assert "every node still holds deploy 20261202T100000Z-abcd" in result.stderr
+    stdout = " ".join(result.stdout.split())
+    assert "nothing to do — the spec, gpuclus and every node are as deploy 20261202T100000Z-abcd left them" in stdout
+    assert f"`gpuclus deploy {spec} --full` runs every task anyway" in stdout
+    payload = json.loads(deploy(str(spec), "--json").stdout)
+    assert (payload["ok"], payload["in_sync_with"], payload["changed"]) == (True, "20261202T100000Z-abcd", 0)
+
+
+def test_full_runs_every_task_of_an_unchanged_cluster(
+    tmp_path: Path, preflight: FakePreflight, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = write_spec(tmp_path, SANDBOX)
+    with_key(spec)
+    recorded_in_sync(spec, monkeypatch)
+    result = deploy(str(spec), "--full")
+    assert preflight.calls == [spec]
+    assert "Ansible would have run" in str(result.exception)
 
 
 def unreachable(node: str, address: str) -> NodeReport:

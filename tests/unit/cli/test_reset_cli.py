@@ -162,6 +162,9 @@ class Quiet:
     def preflight_done(self, reports: list[NodeReport], seconds: float) -> None:
         self.reports = reports
 
+    def in_sync_checked(self, verdict: Any, seconds: float) -> None:
+        pass
+
     def phases_skipped(self, skipped: list[Any]) -> None:
         pass
 

@@ -3,6 +3,8 @@
 The fake run replays a recorded ansible-runner event stream, so everything
 between the options and the run record is the real code: scope, preflight
 exclusions, secrets, render, run directory, record, last-applied, pruning.
+
+The ``spec`` and ``loaded`` fixtures (the sandbox's three nodes, tiny playbooks) are in this folder's conftest.py.
 """
 
 from __future__ import annotations
@@ -14,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_specs import THREE_NODE_SPEC
 
-from gpuclus.deploy import pipeline, records
+from gpuclus.deploy import in_sync, pipeline, records
 from gpuclus.deploy.events import Event, EventTranslator, PhaseStarted
 from gpuclus.deploy.last_applied import read_last_applied
 from gpuclus.deploy.phases import PhaseChoice
@@ -24,11 +25,10 @@ from gpuclus.deploy.runner import RunOutcome, RunTerminated
 from gpuclus.deploy.workspace import RunConfig
 from gpuclus.errors import ExitCode, GpuclusError, UsageError
 from gpuclus.preflight.report import NodeReport, PreflightCheck
-from gpuclus.spec.load import LoadedSpec, load_spec
+from gpuclus.spec.load import LoadedSpec
 from gpuclus.state import StateDir
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
-SANDBOX = THREE_NODE_SPEC
 NODES = {"head": "172.28.0.10", "gpu01": "172.28.0.11", "gpu02": "172.28.0.12"}
 
 
@@ -105,12 +105,17 @@ class Observer:
         self.reports: list[NodeReport] = []
         self.skipped: list[PhaseChoice] = []
         self.events: list[Event] = []
+        self.verdicts: list[in_sync.Verdict] = []
         self.cancel_at_start = cancel_at_start
 
     def preflight_done(self, reports: list[NodeReport], seconds: float) -> None:
         self.seen.append("preflight")
         self.reports = reports
         assert seconds >= 0
+
+    def in_sync_checked(self, verdict: in_sync.Verdict, seconds: float) -> None:
+        self.seen.append("in-sync" if verdict.in_sync else "not-in-sync")
+        self.verdicts.append(verdict)
 
     def phases_skipped(self, skipped: list[PhaseChoice]) -> None:
         self.seen.append("skipped")
@@ -123,22 +128,6 @@ class Observer:
 
     def event(self, event: Event) -> None:
         self.events.append(event)
-
-
-@pytest.fixture
-def spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("GPUCLUS_PLAYBOOKS_DIR", str(FIXTURES / "deploy_playbooks"))
-    path = tmp_path / "cluster.yaml"
-    path.write_text(SANDBOX)
-    StateDir.beside(path).ensure_ssh_key()
-    return path
-
-
-@pytest.fixture
-def loaded(spec: Path) -> LoadedSpec:
-    found = load_spec(spec)
-    assert found.ok
-    return found
 
 
 def test_a_successful_deploy_in_order(spec: Path, loaded: LoadedSpec) -> None:
