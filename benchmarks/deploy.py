@@ -1,8 +1,13 @@
-"""Deploy timings on the sandbox: fresh deploy and no-change re-deploy, per phase, for N nodes.
+"""Deploy timings on the sandbox: fresh deploy, no-change re-deploy and in-sync deploy, per phase, for N nodes.
 
 Prints one line per figure. Targets (issue 4, 2-core CI host): fresh deploy of
 3 nodes <= 120 s, the slurm phase <= 45 s, no-change re-deploy changed=0 in
 <= 20 s, and (with --compare 12) 12-node / 3-node time <= 1.6. Needs root.
+
+The no-change re-deploy runs every task (`deploy --full`: what every re-deploy
+cost before deploy/in_sync.py, and still the idempotence measure); the in-sync
+deploy after it is a plain `deploy`, which finds every node as the last full
+deploy left it and runs nothing (issue 39's per-node cost).
 
 For each deploy it also prints where the CPU went: host-wide CPU-seconds (from
 /proc/stat), the node containers' share (their cgroups' cpuacct.usage, cgroup
@@ -160,11 +165,11 @@ class CpuMeter:
         }
 
 
-def deploy(spec: str, cluster: str) -> tuple[float, dict[str, Any]]:
+def deploy(spec: str, cluster: str, *options: str) -> tuple[float, dict[str, Any]]:
     before = load()
     with CpuMeter(cluster) as meter:
         started = time.perf_counter()
-        payload = gpuclus("deploy", spec)
+        payload = gpuclus("deploy", spec, *options)
         seconds = time.perf_counter() - started
     payload["load"] = f"{before} -> {load()}"
     payload["cpu"] = meter.summary(payload)
@@ -191,9 +196,14 @@ def measure(
             again_seconds, again = 0.0, dict[str, Any]()
             for _ in range(0 if fresh_only else repeat):
                 # The fastest of the no-change runs: the least disturbed by the rest of the host.
-                seconds, payload = deploy(spec, cluster)
+                seconds, payload = deploy(spec, cluster, "--full")
                 if not again or seconds < again_seconds:
                     again_seconds, again = seconds, payload
+            if again:
+                in_sync_seconds, in_sync = deploy(spec, cluster)
+                if not in_sync.get("in_sync_with"):
+                    raise SystemExit(f"the plain deploy after the full one ran ({in_sync['changed']} changed)")
+                again["in_sync"] = {"seconds": in_sync_seconds, "payload": in_sync}
         finally:
             if keep_runs is not None:
                 # The run records (Ansible's log with profile_tasks timings) for a closer look.
@@ -231,10 +241,13 @@ def report(
         return
     phases = ", ".join(f"{phase['name']} {phase['seconds']:.1f} s" for phase in again["phases"])
     print(
-        f"{nodes} nodes: no-change deploy {again_seconds:.1f} s, changed={again['changed']}"
+        f"{nodes} nodes: no-change deploy (--full) {again_seconds:.1f} s, changed={again['changed']}"
         f" ({phases}; load {again['load']}) (target <= 20 s)"
     )
     print(cpu_line(nodes, "no-change deploy", again_seconds, again))
+    in_sync = again["in_sync"]
+    print(f"{nodes} nodes: in-sync deploy (nothing ran) {in_sync['seconds']:.1f} s")
+    print(cpu_line(nodes, "in-sync deploy", in_sync["seconds"], in_sync["payload"]))
 
 
 def main() -> None:
