@@ -2,10 +2,12 @@
 
 A no-change deploy costs the control machine ~10 CPU-s per node (docs/scale.md): about 136 task results per
 node, most of which never reach it. When nothing changed on either side, none of that work can change
-anything, so `gpuclus deploy` first asks whether anything did, at ~0.1 CPU-s per node:
+anything, so `gpuclus deploy` first asks whether anything did: ~1.5 CPU-s in all plus a few hundredths per
+node on the control machine (benchmarks/README.md):
 
 - on the control machine, the run key: the render's digest (node_stamps.render_digest), gpuclus' version, the
-  playbooks and roles it ships, the secrets and the SSH public key it hands out, and the phases;
+  playbooks and roles it ships, the secrets, the SSH public key and the spec's control-machine files it hands
+  out, and the phases;
 - on every node, its fingerprint: one SHA-256 the node computes itself (FINGERPRINT_SCRIPT) over its deploy
   stamp, boot, kernel, installed packages, running services and unit files' states, and the name, type, size,
   mode, owner and change time (ctime, which no tool can set back) of everything under /etc, /opt, /usr/local
@@ -18,9 +20,9 @@ removed, a service stopped, a file under those trees edited, chmod'ed or restore
 spec or gpuclus change) is a full deploy as before. Any other run (some phases only, a failure, a reset)
 forgets its nodes' entries, so what it did is never mistaken for the full deploy's state.
 
-What the fingerprint does not see (docs/scale.md says so): files outside those trees (home directories, the
-NFS share's content), runtime settings changed without a file (`sysctl -w`, a mount unmounted by hand) and a
-service that is running with a changed runtime state. `gpuclus deploy --full` runs every task regardless,
+What the fingerprint does not see (docs/deploy.md#nothing-to-do says so): files outside those trees (home
+directories, the NFS share's content), runtime settings changed without a file (`sysctl -w`, a mount unmounted
+by hand) and a service that is running with a changed runtime state. `gpuclus deploy --full` runs every task regardless,
 and validate's config stage checks drift on its own terms.
 """
 
@@ -217,7 +219,7 @@ def judge(state: StateDir, key: str, names: list[str], read: Callable[[list[str]
     if missing:
         return Verdict(False, f"no full deploy recorded for {_few(missing)}")
     if any(entries[name]["key"] != key for name in names):
-        return Verdict(False, "the spec, gpuclus or its secrets changed since the last full deploy")
+        return Verdict(False, "the spec, gpuclus or what it hands the nodes changed since the last full deploy")
     answers = read(names)
     silent = [name for name in names if answers.get(name) is None]
     if silent:

@@ -463,7 +463,7 @@ def prepare(
         check=request.check,
         verbosity=request.verbosity,
         # Every phase the spec needs: the run's nodes get the deploy stamp that `gpuclus plan` reads.
-        full=phases == [choice.phase for choice in wanted_phases(loaded.spec, loaded.topology)[0]],
+        full=_is_full(chosen, loaded),
         reboot=request.reboot,
     )
     record = records.RunRecord(

@@ -106,7 +106,7 @@ def test_a_spec_change_runs_without_asking_the_nodes(spec: Path, loaded: LoadedS
     nodes.asked.clear()
     _, runs, observer = deploy(spec, changed, nodes)
     assert len(runs.configs) == 1
-    assert observer.verdicts[0].reason.startswith("the spec, gpuclus or its secrets changed")
+    assert observer.verdicts[0].reason.startswith("the spec, gpuclus or what it hands the nodes changed")
     assert nodes.asked == [list(NODES)]  # only after the run, to record it
 
 
