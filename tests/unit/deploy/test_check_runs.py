@@ -58,24 +58,14 @@ def result(host: str, task: str) -> HostResult:
 
 
 @pytest.fixture
-def spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("GPUCLUS_PLAYBOOKS_DIR", str(FIXTURES / "deploy_playbooks"))
-    # Run ids sort by time to the second: runs a minute apart, so "newest" is the later run.
+def spec(spec: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This folder's conftest.py's spec, with run ids a minute apart: ids sort by time to the second, so
+    "newest" is the later run. (``loaded`` is the conftest's.)"""
     minutes = itertools.count()
     start = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
     real = workspace.new_run_id
     monkeypatch.setattr(workspace, "new_run_id", lambda: real(start + timedelta(minutes=next(minutes))))
-    path = tmp_path / "cluster.yaml"
-    path.write_text(THREE_NODE_SPEC)
-    StateDir.beside(path).ensure_ssh_key()
-    return path
-
-
-@pytest.fixture
-def loaded(spec: Path) -> LoadedSpec:
-    found = load_spec(spec)
-    assert found.ok
-    return found
+    return spec
 
 
 def run(spec: Path, loaded: LoadedSpec, stream: str, **options: Any) -> records.RunRecord:
