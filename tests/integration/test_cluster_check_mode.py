@@ -56,9 +56,10 @@ def test_check_runs_are_listed_as_checks_and_never_taken_as_the_last_deploy(clus
     assert shown.returncode == 0, shown.stderr
     assert "check run" in shown.stdout
     # The newest run is the check on the deployed cluster; --retry-failed reads the last
-    # deploy instead (the fixture's second, which failed nowhere) and names it.
+    # deploy instead (the fixture's third, an in-sync deploy that ran nothing and so failed
+    # nowhere) and names it.
     assert runs[0]["id"] == cluster.deployed_check["id"], [run["id"] for run in runs]
     retried = gpuclus("deploy", str(cluster.spec), "--retry-failed", "--json")
     assert retried.returncode == 2, retried.stdout + retried.stderr
     message = json.loads(retried.stdout)["error"]["message"]
-    assert f"the last deploy ({cluster.second['id']})" in message, message
+    assert f"the last deploy ({cluster.third['id']})" in message, message
