@@ -10,11 +10,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from gpuclus.yamldoc.grammar import ascii_grammar
+
 # A generous ceiling that still stops `gpu[0-99999999]` from eating memory.
 MAX_HOSTS = 100_000
 
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
-_TERM = re.compile(r"^(\d+)(?:-(\d+))?$")
+# ASCII digits only: int() reads any script's digits, and a range written in Arabic-Indic ones would
+# expand to gpu01, gpu02, names the spec never showed.
+_TERM = re.compile(ascii_grammar(r"^([0-9]+)(?:-([0-9]+))?$"))
 
 
 class HostlistError(ValueError):
@@ -107,7 +111,8 @@ def expand_list(expressions: str) -> list[str]:
     return hosts
 
 
-_NUMBERED = re.compile(r"^(.*?)(\d+)(\D*)$")
+# The last run of ASCII digits: a look-alike digit is no number to fold into a range.
+_NUMBERED = re.compile(r"^(.*?)([0-9]+)([^0-9]*)$")
 
 
 def compress(hosts: Iterable[str]) -> str:

@@ -12,9 +12,9 @@ import enum
 import unicodedata
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from gpuclus.yamldoc.grammar import export_options_problem, export_path_problem
+from gpuclus.yamldoc.grammar import ascii_grammar, export_options_problem, export_path_problem, host_problem
 from gpuclus.yamldoc.patterns import (
     ABSOLUTE_PATH,
     CLUSTER_NAME_PATTERN,
@@ -61,6 +61,14 @@ class Fabric(enum.StrEnum):
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _host_is_address(value: str | None) -> str | None:
+    """A validator: the host of a URL or HOST:PORT is an IPv4 address or a DNS name, as a node's address is."""
+    problem = None if value is None else host_problem(value)
+    if problem:
+        raise ValueError(f"{value!r} {problem}")
+    return value
 
 
 def _version_text(value: Any) -> Any:
@@ -251,7 +259,7 @@ class NfsExport(_Model):
     )
     options: str = Field(
         default="rw,sync,no_subtree_check",
-        pattern=r"^[A-Za-z0-9_=,:-]+$",
+        pattern=ascii_grammar(r"^[A-Za-z0-9_=,:-]+$"),
         description="Export options for /etc/exports (root_squash is the default, which is the safe one).",
     )
 
@@ -291,7 +299,7 @@ class Nfs(_Model):
     )
     client_options: str = Field(
         default="rw,hard,_netdev,x-systemd.automount",
-        pattern=r"^[A-Za-z0-9_=,.:-]+$",
+        pattern=ascii_grammar(r"^[A-Za-z0-9_=,.:-]+$"),
         description="Mount options used on the clients.",
     )
 
@@ -474,9 +482,9 @@ class Containers(_Model):
 # What lands in alertmanager.yml: an http(s) URL without spaces or quotes, a
 # plain e-mail address, a host:port. pydantic's regex engine (Rust's) matches
 # $ only at the very end, never before a trailing newline.
-WEBHOOK_URL_PATTERN = r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~%!$&()*+,;=:@/?#-]*)?$"
-EMAIL_PATTERN = r"^[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}$"
-SMARTHOST_PATTERN = r"^[A-Za-z0-9.-]+:[0-9]{1,5}$"
+WEBHOOK_URL_PATTERN = ascii_grammar(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~%!$&()*+,;=:@/?#-]*)?$")
+EMAIL_PATTERN = ascii_grammar(r"^[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}$")
+SMARTHOST_PATTERN = ascii_grammar(r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")
 
 
 class AlertReceiver(_Model):
@@ -506,6 +514,8 @@ class AlertReceiver(_Model):
             missing = [name for name in ("email_to", "email_from", "smarthost") if name not in given]
             raise ValueError(f"e-mail alerts need email_to, email_from and smarthost; missing {', '.join(missing)}")
         return self
+
+    _hosts_are_addresses = field_validator("webhook_url", "smarthost")(_host_is_address)
 
 
 class Monitoring(_Model):
@@ -644,6 +654,7 @@ class PyTorch(_Model):
         "mlx5_0), on top of what network.fabric implies (NCCL_IB_DISABLE=1 on ethernet).",
     )
     _versions_are_text = field_validator("version", "numpy_version", mode="before")(_version_text)
+    _index_host_is_address = field_validator("index_url")(_host_is_address)
 
     _paths_on_control_machine = field_validator("wheelhouse")(_control_path)
 
@@ -659,7 +670,7 @@ class Network(_Model):
 class Directory(_Model):
     """An LDAP or Active Directory server the nodes read users and groups from, through sssd."""
 
-    uri: list[Annotated[str, Field(pattern=LDAP_URI_PATTERN)]] = Field(
+    uri: list[Annotated[str, Field(pattern=LDAP_URI_PATTERN), AfterValidator(_host_is_address)]] = Field(
         min_length=1,
         max_length=8,
         description="The directory's servers, tried in order: ldaps://HOST[:PORT] or ldap://HOST[:PORT] (with "

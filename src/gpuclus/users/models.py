@@ -13,6 +13,7 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpuclus.yamldoc.grammar import ascii_grammar
 from gpuclus.yamldoc.patterns import ABSOLUTE_PATH, MAX_TIME_PATTERN, USER_PATTERN, NumberText
 
 USERS_KIND: Final = "Users"
@@ -23,9 +24,9 @@ ID_MIN: Final = 1000
 ID_MAX: Final = 60000
 
 # Slurm lower-cases account and QoS names; upper case here would not match what sacctmgr shows.
-SLURM_NAME_PATTERN: Final = r"^[a-z][a-z0-9_-]{0,63}$"
+SLURM_NAME_PATTERN: Final = ascii_grammar(r"^[a-z][a-z0-9_-]{0,63}$")
 # What sacctmgr's Description= may hold: one line of plain words and punctuation, no quotes.
-DESCRIPTION_PATTERN: Final = r"^[A-Za-z0-9 _.,:;()/+&@-]{1,100}$"
+DESCRIPTION_PATTERN: Final = ascii_grammar(r"^[A-Za-z0-9 _.,:;()/+&@-]{1,100}$")
 
 
 class _Model(BaseModel):

@@ -13,6 +13,8 @@ import binascii
 import re
 import struct
 
+from gpuclus.yamldoc.grammar import ascii_grammar
+
 # The public key types OpenSSH's sshd accepts by default (ssh-dss is disabled since OpenSSH 7.0).
 KEY_TYPES = (
     "ssh-ed25519",
@@ -26,7 +28,7 @@ KEY_TYPES = (
 # What comments hold (user@host, a date, a note): no control characters (a
 # newline would start a second line), and no braces or '%', which Ansible
 # would read as a template when the key reaches the nodes.
-_COMMENT = re.compile(r"^[A-Za-z0-9 @._+:/=,()-]{0,200}$")
+_COMMENT = re.compile(ascii_grammar(r"^[A-Za-z0-9 @._+:/=,()-]{0,200}$"))
 
 
 def key_problem(line: str) -> str | None:

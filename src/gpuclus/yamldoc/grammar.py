@@ -9,7 +9,9 @@ cannot add a line, a key or a client to any of those files.
 
 Every pattern check goes through ``full_match``: ``re.match`` with a ``$``
 accepts a trailing newline ("gpu01\\n"), which is exactly the character that
-adds a line to a config file.
+adds a line to a config file. Every grammar is built through ``ascii_grammar``,
+so that a digit or letter of another script that looks like an ASCII one is
+refused too (issue 40).
 """
 
 from __future__ import annotations
@@ -17,19 +19,70 @@ from __future__ import annotations
 import ipaddress
 import re
 
+# Escapes whose classes are Unicode-aware in Python's re and in pydantic's Rust engine alike: \d takes
+# ARABIC-INDIC DIGIT THREE (and int() reads it as 3), \w takes LATIN SMALL LETTER LONG S, \p{..} and \X
+# take whole scripts.
+_UNICODE_ESCAPES = frozenset("dDwWsSbBpPX")
+
+
+def ascii_grammar(source: str) -> str:
+    """``source``, once it is sure to match ASCII text only, in Python's re and in pydantic's Rust engine.
+
+    Every grammar a value is checked against is built through here. A look-alike (Arabic-Indic digits as
+    a max_time, fullwidth ones as a version, the Kelvin sign as 'k') must never pass where ASCII is meant:
+    it would reach slurm.conf, a package name or a path as written. So a grammar spells its classes out
+    ([0-9], [A-Za-z0-9_]). Raises ValueError naming what reaches beyond ASCII.
+    """
+    reason = _beyond_ascii(source)
+    if reason:
+        raise ValueError(f"{source!r} is not ASCII-only: {reason}")
+    return source
+
+
+def _beyond_ascii(source: str) -> str | None:
+    """What in ``source`` can match a non-ASCII character, or None."""
+    in_class = False
+    index = 0
+    while index < len(source):
+        char, following = source[index], source[index + 1 : index + 3]
+        if not char.isascii():
+            return f"it holds {char!r}"
+        if char == "\\":
+            if following[:1] in _UNICODE_ESCAPES:
+                return f"\\{following[:1]} matches other scripts too"
+            index += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            if following[:1] == "^":
+                return "a negated class matches every other character"
+            in_class = True
+            index += following[:1] == "]"  # a ']' right after '[' is a literal one, not the end
+        elif char == ".":
+            return "'.' outside a class matches any character"
+        elif char == "(" and following[:1] == "?" and following != "?:":
+            # (?i) folds the Kelvin sign onto 'k'; lookarounds are no grammar's business either.
+            return "an inline flag or lookaround"
+        index += 1
+    return None
+
+
 # A DNS label (RFC 1123): letters, digits and '-', not at either end, at most 63.
-_DNS_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_DNS_LABEL = ascii_grammar(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 DNS_NAME_MAX = 253
 # The characters and length of every address address_problem accepts (an IPv4 address, a DNS name, with
 # or without the root's trailing '.'): what the roles' preflight can check without the rules above. Written
 # once here; render hands it to the roles as gpuclus_patterns.address (patterns.ROLE_PATTERNS).
-ADDRESS_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9.])?$"
+ADDRESS_PATTERN = ascii_grammar(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9.])?$")
 _BROADCAST = ipaddress.IPv4Address("255.255.255.255")
+# One part of an IPv4 address as the C library's inet_aton reads it: decimal, octal (a leading 0) or hex.
+_INET_ATON_PART = r"(0[xX][0-9A-Fa-f]*|[0-9]+)"
 
 # The characters an export path or mount point may use: those that need no
 # quoting in /etc/exports, fstab, ganesha.conf or a systemd unit name, and
 # that no shell or config grammar gives a meaning ('#', ';', '"', '{', ',', ...).
-PATH_COMPONENT = r"[A-Za-z0-9_.+@-]+"
+PATH_COMPONENT = ascii_grammar(r"[A-Za-z0-9_.+@-]+")
 EXPORT_PATH_MAX = 1024
 
 # exports(5) options gpuclus passes on: flags, and options with a value and
@@ -44,18 +97,44 @@ EXPORT_FLAGS = frozenset(
     }
 )  # fmt: skip
 EXPORT_VALUED = {
-    "anonuid": r"\d{1,10}",
-    "anongid": r"\d{1,10}",
-    "fsid": r"(root|\d{1,10}|[0-9a-fA-F-]{32,36})",
-    "sec": r"(sys|krb5|krb5i|krb5p)(:(sys|krb5|krb5i|krb5p))*",
-    "mp": r"(/[A-Za-z0-9_.+@-]+)+",
-    "mountpoint": r"(/[A-Za-z0-9_.+@-]+)+",
+    name: ascii_grammar(grammar)
+    for name, grammar in {
+        "anonuid": r"[0-9]{1,10}",
+        "anongid": r"[0-9]{1,10}",
+        "fsid": r"(root|[0-9]{1,10}|[0-9a-fA-F-]{32,36})",
+        "sec": r"(sys|krb5|krb5i|krb5p)(:(sys|krb5|krb5i|krb5p))*",
+        "mp": r"(/[A-Za-z0-9_.+@-]+)+",
+        "mountpoint": r"(/[A-Za-z0-9_.+@-]+)+",
+    }.items()
 }
 
 
 def full_match(pattern: str, text: str) -> bool:
-    """True when ``pattern`` matches all of ``text`` (a trailing newline included)."""
-    return re.fullmatch(pattern, text) is not None
+    """True when ``pattern`` matches all of ``text`` (a trailing newline included), reading it as ASCII.
+
+    re.ASCII keeps \\d to [0-9] and case folding to A-Z even for a pattern that was not built through
+    ``ascii_grammar``.
+    """
+    return re.fullmatch(pattern, text, re.ASCII) is not None
+
+
+def reads_as_ipv4(name: str) -> bool:
+    """True when the resolver reads ``name`` as an IPv4 address, not as a name.
+
+    getaddrinfo (and so ssh, slurmd, mount and every other client on the nodes) first tries inet_aton,
+    which takes one to four parts, each decimal, octal or hex: 2130706433, 0x7f000001, 127.1, 0x7f.1 and
+    0177.0.0.1 are all 127.0.0.1, and never reach DNS or /etc/hosts. Such a "name" slips past the rules
+    for addresses (no unspecified or broadcast address) and means something else in every file it lands in.
+    """
+    bare = name[:-1] if name.endswith(".") else name
+    return full_match(rf"{_INET_ATON_PART}(\.{_INET_ATON_PART}){{0,3}}", bare)
+
+
+def numeric_name_problem(name: str) -> str | None:
+    """Why ``name``, which passed a host name's grammar, is still no host name, or None."""
+    if reads_as_ipv4(name):
+        return "is a number, which the resolver reads as an IPv4 address (0x7f000001 and 2130706433 are 127.0.0.1)"
+    return None
 
 
 def address_problem(address: str) -> str | None:
@@ -80,8 +159,9 @@ def address_problem(address: str) -> str | None:
         if ip.is_unspecified or ip.is_multicast or ip == _BROADCAST:
             return "is not the address of one host (unspecified, multicast or broadcast)"
         return None
-    if full_match(r"[0-9.]+", address):
-        return "looks like an IPv4 address but is not a valid one"
+    if reads_as_ipv4(address) or full_match(r"[0-9.]+", address):
+        # The resolver reads 0x7f000001, 2130706433, 127.1 and 0177.0.0.1 all as 127.0.0.1.
+        return "looks like an IPv4 address but is not a valid one: write four decimal numbers 0-255, no leading zeros"
     if len(address) > DNS_NAME_MAX:
         return f"is longer than a DNS name may be ({DNS_NAME_MAX})"
     labels = address[:-1].split(".") if address.endswith(".") else address.split(".")
@@ -89,6 +169,19 @@ def address_problem(address: str) -> str | None:
         if not full_match(_DNS_LABEL, label):
             return f"has an invalid DNS label {label!r}"
     return None
+
+
+def host_problem(location: str) -> str | None:
+    """Why the host in ``location`` is neither an IPv4 address nor a DNS name, or None if fine.
+
+    ``location`` is a URL (scheme://HOST[:PORT][/PATH]) or HOST:PORT that a field's pattern already took:
+    the pattern keeps its characters plain, this keeps its host to what ``address_problem`` takes, so a
+    number the resolver reads as 127.0.0.1 or 0.0.0.0 (0x7f000001, 0) is no host there either.
+    """
+    _scheme, separator, rest = location.partition("://")
+    host = re.split(r"[:/]", rest if separator else location, maxsplit=1)[0]
+    problem = address_problem(host)
+    return None if problem is None else f"has a host {host!r} that {problem}"
 
 
 def export_path_problem(path: str) -> str | None:

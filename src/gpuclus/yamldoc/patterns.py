@@ -1,5 +1,8 @@
 """The patterns values in gpuclus' files must match, and what each means in words.
 
+Each is built through ``grammar.ascii_grammar``: explicit ASCII classes ([0-9], not \\d), so that a
+look-alike digit or letter is refused in pydantic (Rust's engine), in Python's re and in the roles alike.
+
 The cluster spec's models and the users file's use them as pydantic ``pattern``s; schema_findings turns a
 value that missed one into the rule from ``PATTERN_RULES``, which a person can act on.
 """
@@ -10,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator
 
-from gpuclus.yamldoc.grammar import ADDRESS_PATTERN
+from gpuclus.yamldoc.grammar import ADDRESS_PATTERN, ascii_grammar
 
 
 def _number_text(value: Any) -> Any:
@@ -27,54 +30,58 @@ NumberText = Annotated[str, BeforeValidator(_number_text, json_schema_input_type
 # A DNS label as Slurm and /etc/hosts accept it (at most 63 characters); upper
 # case is allowed by DNS but Slurm node names are case sensitive, so we keep
 # names lower case.
-NODE_NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
-CLUSTER_NAME_PATTERN = r"^[a-z][a-z0-9-]{0,39}$"
-USER_PATTERN = r"^[a-z_][a-z0-9_-]{0,31}$"
-ABSOLUTE_PATH = r"^(/[A-Za-z0-9_.+@-]+)+$"
+NODE_NAME_PATTERN = ascii_grammar(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+CLUSTER_NAME_PATTERN = ascii_grammar(r"^[a-z][a-z0-9-]{0,39}$")
+USER_PATTERN = ascii_grammar(r"^[a-z_][a-z0-9_-]{0,31}$")
+ABSOLUTE_PATH = ascii_grammar(r"^(/[A-Za-z0-9_.+@-]+)+$")
 # The same, or / itself: a file system to watch for free space.
-DISK_PATH_PATTERN = r"^/([A-Za-z0-9_.+@-]+(/[A-Za-z0-9_.+@-]+)*)?$"
-GPU_MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
-PARTITION_PATTERN = r"^[A-Za-z0-9_-]{1,40}$"
+DISK_PATH_PATTERN = ascii_grammar(r"^/([A-Za-z0-9_.+@-]+(/[A-Za-z0-9_.+@-]+)*)?$")
+GPU_MODEL_PATTERN = ascii_grammar(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+PARTITION_PATTERN = ascii_grammar(r"^[A-Za-z0-9_-]{1,40}$")
 # Minutes or days bounded so Slurm's 32-bit time fields cannot overflow.
-MAX_TIME_PATTERN = r"^(UNLIMITED|INFINITE|\d{1,7}|\d{1,5}-\d{1,2}(:\d{1,2}){0,2}|\d{1,6}(:\d{1,2}){1,2})$"
-VERSION_PATTERN = r"^\d+\.\d+(\.\d+)?([-.][0-9A-Za-z.+~-]+)?$"
-DRIVER_BRANCH_PATTERN = r"^\d{3}$"
-CUDA_VERSION_PATTERN = r"^\d+\.\d+$"
+MAX_TIME_PATTERN = ascii_grammar(
+    r"^(UNLIMITED|INFINITE|[0-9]{1,7}|[0-9]{1,5}-[0-9]{1,2}(:[0-9]{1,2}){0,2}|[0-9]{1,6}(:[0-9]{1,2}){1,2})$"
+)
+VERSION_PATTERN = ascii_grammar(r"^[0-9]+\.[0-9]+(\.[0-9]+)?([-.][0-9A-Za-z.+~-]+)?$")
+DRIVER_BRANCH_PATTERN = ascii_grammar(r"^[0-9]{3}$")
+CUDA_VERSION_PATTERN = ascii_grammar(r"^[0-9]+\.[0-9]+$")
 
 # Enroot's and Pyxis' release files, by the names NVIDIA publishes them under:
 # the packages (enroot and enroot+caps, .deb per dpkg arch, .rpm per uname -m)
 # and the source tarballs.
-RELEASE_VERSION_PATTERN = r"^\d+\.\d+\.\d+$"
-_RELEASE_VERSION = r"\d+\.\d+\.\d+"
-RELEASE_FILE_PATTERN = (
+RELEASE_VERSION_PATTERN = ascii_grammar(r"^[0-9]+\.[0-9]+\.[0-9]+$")
+_RELEASE_VERSION = r"[0-9]+\.[0-9]+\.[0-9]+"
+RELEASE_FILE_PATTERN = ascii_grammar(
     rf"^(enroot(\+caps)?_{_RELEASE_VERSION}-1_(amd64|arm64)\.deb"
     rf"|enroot(\+caps)?-{_RELEASE_VERSION}-1\.el8\.(x86_64|aarch64)\.rpm"
     rf"|(enroot|pyxis)-{_RELEASE_VERSION}-src\.tar\.gz)$"
 )
-SHA256_PATTERN = r"^[0-9a-f]{64}$"
+SHA256_PATTERN = ascii_grammar(r"^[0-9a-f]{64}$")
 
 # A pip requirement as it lands in the env's requirements file: a project
 # name, optional extras, optional version specifiers; no URLs, options or
 # markers, so nothing can redirect pip or pass it a flag.
-PIP_REQUIREMENT_PATTERN = (
+PIP_REQUIREMENT_PATTERN = ascii_grammar(
     r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(\[[A-Za-z0-9._,-]+\])?"
     r"((===|==|!=|~=|<=|>=|<|>)[A-Za-z0-9.*+!-]+(,(===|==|!=|~=|<=|>=|<|>)[A-Za-z0-9.*+!-]+)*)?$"
 )
-PYTORCH_VERSION_PATTERN = r"^\d+\.\d+(\.\d+)?$"
+PYTORCH_VERSION_PATTERN = ascii_grammar(r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")
 # cpu, or a CUDA build tag as PyTorch's wheel indexes name them (cu118, cu124, cu128, ...).
-PYTORCH_FLAVOUR_PATTERN = r"^(auto|cpu|cu\d{3})$"
-INDEX_URL_PATTERN = r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~%!$&()*+,;=:@/-]*)?$"
-NCCL_VARIABLE_PATTERN = r"^NCCL_[A-Z0-9_]{1,60}$"
-NCCL_VALUE_PATTERN = r"^[A-Za-z0-9_.,:=^/+-]{1,200}$"
+PYTORCH_FLAVOUR_PATTERN = ascii_grammar(r"^(auto|cpu|cu[0-9]{3})$")
+INDEX_URL_PATTERN = ascii_grammar(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~%!$&()*+,;=:@/-]*)?$")
+NCCL_VARIABLE_PATTERN = ascii_grammar(r"^NCCL_[A-Z0-9_]{1,60}$")
+NCCL_VALUE_PATTERN = ascii_grammar(r"^[A-Za-z0-9_.,:=^/+-]{1,200}$")
 # A directory server: ldap:// or ldaps://, a host name or IPv4 address, an optional port; no path (sssd
 # takes none) and nothing that would end the line in sssd.conf, where the URIs are joined with commas.
-LDAP_URI_PATTERN = r"^ldaps?://[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?(:[0-9]{1,5})?$"
+LDAP_URI_PATTERN = ascii_grammar(r"^ldaps?://[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?(:[0-9]{1,5})?$")
 # A distinguished name of plain RDNs (attribute=value, comma-separated): what sssd.conf can carry on one
 # line. Escapes, '+' (multi-valued RDNs), quotes, '#' and ';' are left out on purpose.
-LDAP_DN_PATTERN = r"^[A-Za-z][A-Za-z0-9-]*=[A-Za-z0-9_.@-]([A-Za-z0-9_.@ -]*[A-Za-z0-9_.@-])?(,[A-Za-z][A-Za-z0-9-]*=[A-Za-z0-9_.@-]([A-Za-z0-9_.@ -]*[A-Za-z0-9_.@-])?)*$"  # noqa: E501
-LDAP_ATTRIBUTE_PATTERN = r"^[A-Za-z][A-Za-z0-9-]{0,63}$"
+LDAP_DN_PATTERN = ascii_grammar(
+    r"^[A-Za-z][A-Za-z0-9-]*=[A-Za-z0-9_.@-]([A-Za-z0-9_.@ -]*[A-Za-z0-9_.@-])?(,[A-Za-z][A-Za-z0-9-]*=[A-Za-z0-9_.@-]([A-Za-z0-9_.@ -]*[A-Za-z0-9_.@-])?)*$"  # noqa: E501
+)
+LDAP_ATTRIBUTE_PATTERN = ascii_grammar(r"^[A-Za-z][A-Za-z0-9-]{0,63}$")
 # A group name for sssd's simple access list (comma-separated there): AD's may hold capitals and spaces.
-DIRECTORY_GROUP_PATTERN = r"^[A-Za-z0-9_.][A-Za-z0-9_. -]{0,62}[A-Za-z0-9_.]$|^[A-Za-z0-9_.]$"
+DIRECTORY_GROUP_PATTERN = ascii_grammar(r"^[A-Za-z0-9_.][A-Za-z0-9_. -]{0,62}[A-Za-z0-9_.]$|^[A-Za-z0-9_.]$")
 
 # What each pattern means, for error messages a person can act on.
 PATTERN_RULES = {

@@ -744,7 +744,8 @@ def test_wizard_refuses_an_existing_file_before_asking(tmp_path: Path) -> None:
     assert "Cluster name" not in result.stderr
 
 
-@pytest.mark.parametrize("name", ["on", "null", "no", "0123", "1e3"])
+# Not "0123": digits alone are no host name (the resolver reads them as an address), so init refuses them.
+@pytest.mark.parametrize("name", ["on", "null", "no", "1e3"])
 def test_values_yaml_would_misread_are_quoted(name: str) -> None:
     draft = SpecDraft(
         "lab", "ubuntu", HostRange("head", "10.0.0.10", 1), (HostRange(name, "10.0.0.11", 1),), gpu_model="yes"

@@ -18,6 +18,7 @@ from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from typer.testing import CliRunner
 
+from gpuclus.ansible_settings import known_hosts_ssh_arg
 from gpuclus.cli.main import app
 from gpuclus.errors import UsageError
 from gpuclus.render import MANIFEST_NAME, RENDERED_FILES, FileStatus, render_files, write_rendered
@@ -45,13 +46,14 @@ monitoring: {prometheus: false, grafana: false}
 containers: {enroot: false, pyxis: false}
 """
 
-# Node names YAML would read as a number, a boolean and null unless quoted.
+# Node names YAML would read as a number (0b101 is 5 in YAML 1.1; digits alone are no host name), a boolean
+# and null unless quoted.
 TRICKY_NAMES = """\
 apiVersion: gpuclus/v1
 cluster: {name: tricky, admin_user: admin}
 nodes:
   - {name: "null", address: 10.2.0.1, roles: [controller, monitoring]}
-  - {name: "123", address: 10.2.0.2, roles: [compute], gpus: {count: 1, fake: true, model: "yes"}}
+  - {name: "0b101", address: 10.2.0.2, roles: [compute], gpus: {count: 1, fake: true, model: "yes"}}
   - {name: "on", address: 10.2.0.3, roles: [compute]}
 nvidia: {driver: {install: false}, cuda: {install: false}}
 containers: {enroot: true, pyxis: true, allow_unverified_downloads: true}
@@ -241,7 +243,7 @@ def test_state_dir_must_be_relative_and_fit_in_ansible_cfg() -> None:
 
 def test_known_hosts_with_a_space_stays_one_ssh_argument() -> None:
     cfg = rendered("minimal", known_hosts="/srv/my lab/.gpuclus/ssh/known_hosts")["ansible.cfg"]
-    assert "UserKnownHostsFile='/srv/my lab/.gpuclus/ssh/known_hosts'" in cfg
+    assert """-o 'UserKnownHostsFile="/srv/my lab/.gpuclus/ssh/known_hosts"'""" in cfg
 
 
 def test_known_hosts_must_be_absolute_and_fit_in_ansible_cfg() -> None:
@@ -249,7 +251,7 @@ def test_known_hosts_must_be_absolute_and_fit_in_ansible_cfg() -> None:
     # a new, empty trust store there, and every host key "new" again.
     with pytest.raises(ValueError, match="absolute"):
         rendered("minimal", known_hosts="../.gpuclus/ssh/known_hosts")
-    with pytest.raises(UsageError, match=r"ansible\.cfg cannot hold"):
+    with pytest.raises(UsageError, match=r"ansible\.cfg or ssh cannot hold"):
         rendered("minimal", known_hosts="/srv/100%/.gpuclus/ssh/known_hosts")
 
 
@@ -351,9 +353,9 @@ def test_hosts_yml_parses_with_spec_order_and_host_vars() -> None:
 
 def test_names_yaml_would_misread_stay_strings() -> None:
     inventory = yaml.safe_load(rendered("tricky-names")["inventory/hosts.yml"])
-    assert list(inventory["all"]["children"]["cluster"]["hosts"]) == ["null", "123", "on"]
+    assert list(inventory["all"]["children"]["cluster"]["hosts"]) == ["null", "0b101", "on"]
     cluster = yaml.safe_load(rendered("tricky-names")[f"{GROUP_VARS_DIR}/cluster.yml"])
-    assert [(node["name"], node["gpu_model"]) for node in cluster["gpuclus_nodes"]][1] == ("123", "yes")
+    assert [(node["name"], node["gpu_model"]) for node in cluster["gpuclus_nodes"]][1] == ("0b101", "yes")
 
 
 REPO = Path(__file__).resolve().parents[3]
@@ -454,7 +456,7 @@ def test_ansible_cfg_settings_as_ansible_reads_them(tmp_path: Path) -> None:
     assert settings["CACHE_PLUGIN"] == "jsonfile"
     assert "DEFAULT_INTERNAL_POLL_INTERVAL" not in settings  # Ansible's 1 ms (see ansible_settings)
     assert (
-        f"UserKnownHostsFile={KNOWN_HOSTS}"
+        known_hosts_ssh_arg(KNOWN_HOSTS)
         in run_ansible("ansible-config", "dump", "--only-changed", "-t", "connection", cwd=out).stdout
     )
 
@@ -500,7 +502,7 @@ def test_ansible_cfg_never_turns_host_key_checking_off(name: str) -> None:
     assert not re.search(r"host_key_checking\s*=\s*(false|no|0)", cfg, re.IGNORECASE)
     assert "host_key_checking = True" in cfg
     assert "-o StrictHostKeyChecking=accept-new" in cfg
-    assert f"UserKnownHostsFile={KNOWN_HOSTS}" in cfg
+    assert known_hosts_ssh_arg(KNOWN_HOSTS) in cfg
 
 
 def cluster_of(count: int) -> LoadedSpec:
@@ -682,7 +684,7 @@ def lab_spec(tmp_path: Path) -> Path:
 
 
 def mask_known_hosts(cfg: str) -> str:
-    return re.sub(r"UserKnownHostsFile=\S+", "UserKnownHostsFile=KNOWN_HOSTS", cfg)
+    return re.sub(r"'UserKnownHostsFile=\"[^\"]*\"'", "UserKnownHostsFile=KNOWN_HOSTS", cfg)
 
 
 def test_cli_renders_beside_the_spec(lab_spec: Path) -> None:
@@ -698,7 +700,7 @@ def test_cli_renders_beside_the_spec(lab_spec: Path) -> None:
         text = (out / path).read_text()
         committed = (EXAMPLES / "lab-3node" / "rendered" / path).read_text()
         if path == "ansible.cfg":
-            assert f"UserKnownHostsFile={known_hosts}\n" in text
+            assert f"{known_hosts_ssh_arg(str(known_hosts))}\n" in text
             text, committed = mask_known_hosts(text), mask_known_hosts(committed)
         assert str(lab_spec.parent) not in text
         assert text == committed
@@ -710,7 +712,7 @@ def test_cli_output_option_and_state_dir(lab_spec: Path, tmp_path: Path) -> None
     cfg = (tmp_path / "build" / "ansible" / "ansible.cfg").read_text()
     assert "private_key_file = ../../.gpuclus/ssh/id_ed25519" in cfg
     known_hosts = tmp_path / ".gpuclus" / "ssh" / "known_hosts"
-    assert f"UserKnownHostsFile={known_hosts}\n" in cfg
+    assert f"{known_hosts_ssh_arg(str(known_hosts))}\n" in cfg
     assert str(tmp_path) not in cfg.replace(str(known_hosts), "")
 
 

@@ -9,7 +9,7 @@ from gpuclus.spec.checks.view import NODES, RegisteredCheck, SpecView, node_loc,
 from gpuclus.spec.models import Role
 from gpuclus.spec.topology import Node, Topology
 from gpuclus.yamldoc.findings import Finding, error, warning
-from gpuclus.yamldoc.grammar import address_problem, full_match
+from gpuclus.yamldoc.grammar import address_problem, full_match, numeric_name_problem
 from gpuclus.yamldoc.patterns import NODE_NAME_PATTERN
 
 CHECKS: list[RegisteredCheck] = []
@@ -65,15 +65,16 @@ def node_names(view: SpecView) -> list[Finding]:
     findings: list[Finding] = []
     reported_entries: set[int] = set()
     for node in view.topology.nodes:
-        if not full_match(NODE_NAME_PATTERN, node.name) and node.entry not in reported_entries:
+        problem = _node_name_problem(node.name)
+        if problem and node.entry not in reported_entries:
             reported_entries.add(node.entry)
             findings.append(
                 error(
                     "invalid-node-name",
-                    f"{node.name!r} is not a valid host name",
+                    f"{node.name!r} {problem}",
                     node_loc(node.entry, "name"),
                     hint="use lower case letters, digits and '-' (at most 63), not starting or ending "
-                    "with '-'; Slurm and /etc/hosts need plain host names",
+                    "with '-' and not a number alone; Slurm and /etc/hosts need plain host names",
                 )
             )
     for first, second, names in _collisions(view.topology, lambda node: node.name):
@@ -86,6 +87,13 @@ def node_names(view: SpecView) -> list[Finding]:
             )
         )
     return findings
+
+
+def _node_name_problem(name: str) -> str | None:
+    if not full_match(NODE_NAME_PATTERN, name):
+        return "is not a valid host name"
+    # 0x7f000001 is a fine DNS label, yet every node would reach 127.0.0.1 by that name.
+    return numeric_name_problem(name)
 
 
 def _collisions(topology: Topology, key: Callable[[Node], str]) -> list[tuple[int, int, list[str]]]:
