@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from gpuclus.errors import UsageError
+from gpuclus.ssh.openssh import config_value
 
 # Beyond this Ansible's parallel SSH sessions cost more in controller CPU and
 # memory than they save; 25 is where most Ansible tuning guides stop.
@@ -45,6 +46,20 @@ def forks(host_count: int) -> int:
     return max(1, min(host_count, MAX_FORKS))
 
 
+def known_hosts_option(known_hosts: str) -> str:
+    """ssh's ``-o`` value naming ``known_hosts`` as the one file of pinned host keys, quoted as ssh_config reads."""
+    return f"UserKnownHostsFile={config_value(known_hosts, what='the path of known_hosts')}"
+
+
+def known_hosts_ssh_arg(known_hosts: str) -> str:
+    """known_hosts_option as one word of ssh_args.
+
+    Two splits: Ansible splits ssh_args like a shell line, then ssh splits the option's value like an
+    ssh_config line (a space would make two known_hosts files, and accept-new would write to the first).
+    """
+    return shlex.quote(known_hosts_option(known_hosts))
+
+
 def settings(*, host_count: int, state_dir: str, known_hosts: str) -> tuple[Setting, ...]:
     """Every setting, in ansible.cfg order.
 
@@ -55,8 +70,7 @@ def settings(*, host_count: int, state_dir: str, known_hosts: str) -> tuple[Sett
     check_known_hosts(known_hosts)
     ssh_args = (
         "-o ControlMaster=auto -o ControlPersist=60s -o StrictHostKeyChecking=accept-new "
-        # ssh_args is split like a shell line: quoting keeps a path with spaces in one piece.
-        f"-o UserKnownHostsFile={shlex.quote(known_hosts)}"
+        f"-o {known_hosts_ssh_arg(known_hosts)}"
     )
     defaults, ssh = "defaults", "ssh_connection"
     return (
@@ -157,11 +171,13 @@ def check_known_hosts(known_hosts: str) -> None:
     if not PurePosixPath(known_hosts).is_absolute():
         raise ValueError(f"known_hosts must be an absolute path, not {known_hosts!r}")
     # ansible.cfg is read by configparser: '%' starts an interpolation, ';'
-    # an inline comment, and a newline would end the setting.
-    bad = sorted({char for char in known_hosts if char in "%;" or ord(char) < 32 or ord(char) == 127})
+    # an inline comment, and a newline would end the setting. The private key
+    # beside known_hosts reaches ssh as Ansible's IdentityFile="PATH": a quote
+    # or a backslash would end or escape it, and ssh expands '%' and '${' there.
+    bad = sorted({char for char in known_hosts if char in '%;"\\$' or ord(char) < 32 or ord(char) == 127})
     if bad:
         raise UsageError(
             f"the path of gpuclus' known_hosts ({known_hosts!r}) contains "
-            f"{', '.join(repr(char) for char in bad)}, which ansible.cfg cannot hold",
-            "keep the spec in a directory whose path has no '%', ';' or control characters",
+            f"{', '.join(repr(char) for char in bad)}, which ansible.cfg or ssh cannot hold",
+            "keep the spec in a directory whose path has no '%', ';', '\"', '\\', '$' or control characters",
         )

@@ -271,6 +271,13 @@ def is_directory_source(source: str) -> bool:
         )
     if source.startswith(("/", "./", "../", "~")):
         raise UsageError(f"{source}: no such directory", "SOURCE is a root file system directory or a local image")
+    if source.startswith("-"):
+        # The engine would read it as one of its own options (`create --privileged`, `-v /:/host`): no image
+        # name starts with '-'.
+        raise UsageError(
+            f"{source!r} starts with '-': not an image name, and no such directory",
+            f"for a directory of that name write ./{source}",
+        )
     return False
 
 

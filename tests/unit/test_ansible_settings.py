@@ -5,6 +5,7 @@ from __future__ import annotations
 import configparser
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from gpuclus import ansible_settings
 from gpuclus.deploy.phases import Phase
 from gpuclus.deploy.pipeline import render_for_run
 from gpuclus.deploy.workspace import RunConfig, prepare_run
+from gpuclus.errors import UsageError
 from gpuclus.secret_files import ensure_secrets
 from gpuclus.spec.load import load_spec
 from gpuclus.state import StateDir
@@ -28,7 +30,8 @@ SPEC = THREE_NODE_SPEC
 def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RunConfig:
     """A prepared run, with the ansible.cfg a deploy renders for it."""
     monkeypatch.setenv("GPUCLUS_PLAYBOOKS_DIR", str(PLAYBOOKS))
-    spec = tmp_path / "my lab" / "cluster.yaml"  # a space: paths must survive shell splitting
+    # A space, then '~/': a path split by the shell or by ssh_config reads differently (see below); and a quote.
+    spec = tmp_path / "it's my lab ~" / "cluster.yaml"
     spec.parent.mkdir()
     spec.write_text(SPEC)
     loaded = load_spec(spec)
@@ -82,13 +85,42 @@ def test_a_run_reads_its_own_ansible_cfg(run: RunConfig) -> None:
     assert {key for section in cfg.sections() for key in cfg[section]} == {setting.key for setting in table(run)}
 
 
+def ssh_reads(ssh_args: str) -> dict[str, str]:
+    """What ssh makes of ``ssh_args`` split as Ansible splits them (`ssh -G`: no connection is made)."""
+    ssh = shutil.which("ssh")
+    if ssh is None:
+        pytest.skip("the OpenSSH client is not installed")
+    answer = subprocess.run(
+        [ssh, "-G", "-F", "/dev/null", *shlex.split(ssh_args), "node"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert answer.returncode == 0, answer.stderr
+    return dict(line.partition(" ")[::2] for line in answer.stdout.splitlines())
+
+
 def test_known_hosts_is_absolute_in_the_cfg_and_the_environment(run: RunConfig) -> None:
     known_hosts = run.run_dir.parents[1] / "ssh" / "known_hosts"
-    cfg_args = shlex.split(read_cfg(run.run_dir / "ansible.cfg")["ssh_connection"]["ssh_args"])
-    env_args = shlex.split(run.envvars["ANSIBLE_SSH_ARGS"])
-    assert f"UserKnownHostsFile={known_hosts}" in cfg_args
-    assert f"UserKnownHostsFile={known_hosts}" in env_args
-    assert known_hosts.is_absolute()
+    assert known_hosts.is_absolute() and " ~/" in str(known_hosts)
+    # ssh itself reads the whole path back: split on its space it would be two files, the second '~/...'
+    # expanded to the home directory, and accept-new would write any host's key to the first.
+    for ssh_args in (
+        read_cfg(run.run_dir / "ansible.cfg")["ssh_connection"]["ssh_args"],
+        run.envvars["ANSIBLE_SSH_ARGS"],
+    ):
+        found = ssh_reads(ssh_args)
+        assert found["userknownhostsfile"] == str(known_hosts)
+        assert found["stricthostkeychecking"] == "accept-new"
+
+
+@pytest.mark.parametrize("char", ['"', "\\", "${", "%", "\n"])
+def test_a_state_directory_ssh_cannot_read_back_is_refused(char: str) -> None:
+    known_hosts = f"/srv/a{char}b/.gpuclus/ssh/known_hosts"
+    with pytest.raises(UsageError, match=r"ansible\.cfg or ssh cannot hold"):
+        ansible_settings.settings(host_count=1, state_dir="../..", known_hosts=known_hosts)
 
 
 @pytest.mark.parametrize(("hosts", "forks"), [(0, 1), (3, 3), (25, 25), (400, ansible_settings.MAX_FORKS)])

@@ -368,6 +368,7 @@ def ssh(
     """
     from gpuclus.sandbox.image import ADMIN_USER
     from gpuclus.sandbox.lifecycle import node_address
+    from gpuclus.ssh.openssh import login_argv
 
     out = Output(json_mode=False)
     with handled(out):
@@ -385,19 +386,14 @@ def ssh(
             raise typer.Exit(result.exit_status)
         if client is None:
             raise UsageError("the ssh client is not installed", "apt-get install openssh-client")
-        argv = [
+        argv = login_argv(
             client,
-            "-i",
-            str(state.private_key),
-            "-o",
-            f"UserKnownHostsFile={state.known_hosts}",
-            "-o",
-            "StrictHostKeyChecking=yes",
-            "-o",
-            "IdentitiesOnly=yes",
-            f"{ADMIN_USER}@{address}",
-            *ctx.args,
-        ]
+            key_file=state.private_key,
+            known_hosts=state.known_hosts,
+            user=ADMIN_USER,
+            address=address,
+            command=ctx.args,
+        )
         os.execv(client, argv)
 
 

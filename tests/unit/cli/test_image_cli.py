@@ -409,6 +409,29 @@ def test_unknown_image_is_a_usage_error(tmp_path: Path, stand_in: Path, fake_pod
     assert not list(tmp_path.glob("gpuclus-image-*"))
 
 
+@pytest.mark.parametrize("reference", ["--privileged", "-v=/:/host", "--volume=/:/host"])
+def test_an_image_reference_starting_with_a_dash_never_reaches_the_engine(
+    tmp_path: Path, stand_in: Path, fake_podman: Path, reference: str
+) -> None:
+    # `podman create` would read it as its own option (a host mount, a privileged container).
+    result = invoke("-o", str(tmp_path / "img.sqsh"), "--", reference)
+    assert result.exit_code == 2, result.output
+    assert "starts with '-'" in result.stderr and "./" in result.stderr
+    assert calls(fake_podman / "calls.log") == []
+    assert not list(tmp_path.glob("gpuclus-image-*"))
+
+
+def test_a_directory_whose_name_starts_with_a_dash_is_packed(
+    tree: Path, tmp_path: Path, stand_in: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dashed = tree.rename(tree.parent / "-rootfs")
+    monkeypatch.chdir(dashed.parent)
+    result = invoke("-o", str(tmp_path / "img.sqsh"), "--", "-rootfs")
+    assert result.exit_code == 0, result.output
+    (argv,) = calls(stand_in)
+    assert argv[0] == str(dashed)
+
+
 def test_image_missing_sh_is_refused_and_cleaned_up(tmp_path: Path, stand_in: Path, fake_podman: Path) -> None:
     (fake_podman / "rootfs/usr/bin/sh").unlink()
     result = invoke("localhost/app:1", "-o", str(tmp_path / "img.sqsh"))

@@ -375,15 +375,15 @@ def test_up_status_ssh_down(tmp_path: Path, as_root: None, fake: FakeEngine, mon
     executed: list[list[str]] = []
     monkeypatch.setattr(os, "execv", lambda path, argv: executed.append([path, *argv]))
     monkeypatch.setattr("gpuclus.cli.sandbox.shutil.which", lambda name: f"/usr/bin/{name}")
-    ssh = invoke("ssh", "lab-gpu01", "--spec", str(spec), "--", "sinfo", "-N")
+    # A command word that looks like an option is the remote command's, never the local ssh's.
+    ssh = invoke("ssh", "lab-gpu01", "--spec", str(spec), "--", "-oProxyCommand=touch /tmp/x", "sinfo", "-N")
     assert ssh.exit_code == 0, ssh.output
     (argv,) = executed
     assert argv[0] == "/usr/bin/ssh"
-    assert argv[argv.index("-i") + 1] == str(state.private_key)
-    assert f"UserKnownHostsFile={state.known_hosts}" in argv
+    assert f'IdentityFile="{state.private_key}"' in argv
+    assert f'UserKnownHostsFile="{state.known_hosts}"' in argv
     assert "StrictHostKeyChecking=yes" in argv
-    assert "gpuclus@10.213.0.11" in argv
-    assert argv[-2:] == ["sinfo", "-N"]
+    assert argv[argv.index("--") + 1 :] == ["gpuclus@10.213.0.11", "-oProxyCommand=touch /tmp/x", "sinfo", "-N"]
     unknown = invoke("ssh", "lab-gpu09", "--spec", str(spec))
     assert unknown.exit_code == 2
     assert "lab-head, lab-gpu01, lab-gpu02" in unknown.stderr

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from deploy_specs import THREE_NODE_SPEC
 
-from gpuclus.ansible_settings import MAX_FORKS
+from gpuclus.ansible_settings import MAX_FORKS, known_hosts_option
 from gpuclus.deploy.phases import Phase
 from gpuclus.deploy.workspace import (
     RunConfig,
@@ -239,7 +239,7 @@ def test_host_keys_are_checked_with_gpuclus_known_hosts(state: StateDir, rendere
     assert envvars["ANSIBLE_HOST_KEY_CHECKING"] == "True"
     options = shlex.split(envvars["ANSIBLE_SSH_ARGS"])
     assert "StrictHostKeyChecking=accept-new" in options
-    assert f"UserKnownHostsFile={state.known_hosts}" in options
+    assert known_hosts_option(str(state.known_hosts)) in options
     for value in envvars.values():
         assert "StrictHostKeyChecking=no" not in value
         assert "UserKnownHostsFile=/dev/null" not in value
@@ -249,7 +249,7 @@ def test_host_keys_are_checked_with_gpuclus_known_hosts(state: StateDir, rendere
 def test_known_hosts_path_with_spaces_stays_one_ssh_argument(tmp_path: Path) -> None:
     state = StateDir.beside(tmp_path / "my lab" / "cluster.yaml")
     options = shlex.split(ansible_environment(state, 3, CONFIG_FILE)["ANSIBLE_SSH_ARGS"])
-    assert f"UserKnownHostsFile={state.known_hosts}" in options
+    assert known_hosts_option(str(state.known_hosts)) in options
 
 
 def test_settings_come_as_envvars_and_the_runs_own_ansible_cfg(state: StateDir, rendered: dict[str, str]) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from gpuclus.ansible_settings import known_hosts_ssh_arg
 from gpuclus.cli.main import app
 from gpuclus.render import MANIFEST_NAME
 from gpuclus.spec.load import load_spec
@@ -36,7 +37,7 @@ REGENERATE = (
 # checkout lives: the committed examples carry /path/to/<name>/... there (a
 # fresh regenerate writes the real one; either passes), and the comparison
 # leaves that one value, and so ansible.cfg's hash in the manifest, out.
-KNOWN_HOSTS_ARG = re.compile(rb"UserKnownHostsFile=\S+")
+KNOWN_HOSTS_ARG = re.compile(rb"'UserKnownHostsFile=\"[^\"]*\"'")
 
 
 def tree(directory: Path) -> dict[str, bytes]:
@@ -80,7 +81,7 @@ def test_committed_rendered_tree_equals_a_fresh_render(name: str, tmp_path: Path
     assert result.exit_code == 0, result.output
 
     cfg = (copy / "rendered" / "ansible.cfg").read_text()
-    assert f"UserKnownHostsFile={copy / '.gpuclus' / 'ssh' / 'known_hosts'}\n" in cfg
+    assert f"{known_hosts_ssh_arg(str(copy / '.gpuclus' / 'ssh' / 'known_hosts'))}\n" in cfg
     fresh = tree(copy / "rendered")
     committed = tree(EXAMPLES / name / "rendered")
     hint = REGENERATE.format(name=name)
