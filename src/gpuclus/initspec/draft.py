@@ -16,6 +16,7 @@ from pathlib import Path
 from gpuclus.errors import UsageError
 from gpuclus.spec import hostlist
 from gpuclus.spec.models import Gpus, Role
+from gpuclus.spec.reserved import reserved_node_name_problem
 from gpuclus.yamldoc.grammar import address_problem, export_path_problem, numeric_name_problem
 from gpuclus.yamldoc.patterns import (
     CLUSTER_NAME_PATTERN,
@@ -61,7 +62,7 @@ def node_name_problem(name: str) -> str | None:
         return f"is longer than a host name may be ({MAX_NODE_NAME_LENGTH})"
     problem = _pattern_problem(name, NODE_NAME_PATTERN)
     if problem is None:
-        return numeric_name_problem(name)
+        return numeric_name_problem(name) or reserved_node_name_problem(name)
     return f"{problem}: use lower-case letters, digits and '-' (Slurm node names are case sensitive)"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 
 from gpuclus.spec.models import ClusterSpec, Fabric
 
@@ -74,13 +75,26 @@ def outside_share(spec: ClusterSpec) -> list[tuple[str, str]]:
     layout = software_layout(spec)
     if not layout.shared or layout.mount_point is None:
         return []
-    mount = layout.mount_point.rstrip("/") + "/"
     chosen = {
         "pytorch.prefix": spec.pytorch.prefix,
         "pytorch.examples_dir": spec.pytorch.examples_dir,
         "modules.path": spec.modules.path,
     }
-    return [(field, path) for field, path in chosen.items() if path is not None and not path.startswith(mount)]
+    return [
+        (field, path)
+        for field, path in chosen.items()
+        if path is not None and not strictly_inside(path, layout.mount_point)
+    ]
+
+
+def strictly_inside(path: str, directory: str) -> bool:
+    """True when ``path`` lies below ``directory`` (not the directory itself), compared part by part.
+
+    Both are normalised first, so /shared/../etc is not inside /shared, and compared as parts, never as text,
+    so /sharedX is not inside /shared either.
+    """
+    inner, outer = PurePosixPath(posixpath.normpath(path)), PurePosixPath(posixpath.normpath(directory))
+    return inner != outer and inner.is_relative_to(outer)
 
 
 def resolved_flavour(spec: ClusterSpec) -> str:

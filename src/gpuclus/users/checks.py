@@ -28,6 +28,8 @@ RESERVED_NAMES = frozenset(
         "sudo", "adm", "users", "staff", "docker", "enroot",
     }
 )  # fmt: skip
+# Slurm's accounting database is a tree under this account; gpuclus puts its operators there, without limits.
+SLURM_ROOT_ACCOUNT = "root"
 # Slurm creates this QoS itself; accounts may name it without declaring it.
 BUILTIN_QOS = "normal"
 
@@ -138,6 +140,16 @@ def reserved_names(users: UsersFile) -> list[Finding]:
                         hint="pick another name",
                     )
                 )
+    findings.extend(
+        error(
+            "reserved-name",
+            f"{name!r} is the account at the top of Slurm's account tree, which holds every other account",
+            ("accounts", i, "name"),
+            hint="pick another name: its limits would bind every user, gpuclus' own validate jobs too",
+        )
+        for i, name in enumerate(_names(users)["accounts"])
+        if name == SLURM_ROOT_ACCOUNT
+    )
     return findings
 
 

@@ -79,10 +79,15 @@ _BROADCAST = ipaddress.IPv4Address("255.255.255.255")
 # One part of an IPv4 address as the C library's inet_aton reads it: decimal, octal (a leading 0) or hex.
 _INET_ATON_PART = r"(0[xX][0-9A-Fa-f]*|[0-9]+)"
 
-# The characters an export path or mount point may use: those that need no
-# quoting in /etc/exports, fstab, ganesha.conf or a systemd unit name, and
-# that no shell or config grammar gives a meaning ('#', ';', '"', '{', ',', ...).
-PATH_COMPONENT = ascii_grammar(r"[A-Za-z0-9_.+@-]+")
+# One part of a path on a node: the characters that need no quoting in /etc/exports, fstab, ganesha.conf
+# or a systemd unit name, and that no shell or config grammar gives a meaning ('#', ';', '"', '{', ',', ...);
+# and at least one of them not a dot. '.' and '..' (and '...') are refused: a path is compared as written
+# (is it inside the share? is it a system directory?) before any node resolves it, so /shared/../etc would
+# pass as a place inside /shared and be /etc where a role chowns it. Without look-arounds (ascii_grammar
+# refuses them), "not all dots" is: any dots, then one other character, then anything.
+PATH_COMPONENT = ascii_grammar(r"[.]*[A-Za-z0-9_+@-][A-Za-z0-9_.+@-]*")
+# An absolute path of such parts, without a trailing '/'.
+ABSOLUTE_PATH_BODY = ascii_grammar(f"(/{PATH_COMPONENT})+")
 EXPORT_PATH_MAX = 1024
 
 # exports(5) options gpuclus passes on: flags, and options with a value and
@@ -103,8 +108,8 @@ EXPORT_VALUED = {
         "anongid": r"[0-9]{1,10}",
         "fsid": r"(root|[0-9]{1,10}|[0-9a-fA-F-]{32,36})",
         "sec": r"(sys|krb5|krb5i|krb5p)(:(sys|krb5|krb5i|krb5p))*",
-        "mp": r"(/[A-Za-z0-9_.+@-]+)+",
-        "mountpoint": r"(/[A-Za-z0-9_.+@-]+)+",
+        "mp": ABSOLUTE_PATH_BODY,
+        "mountpoint": ABSOLUTE_PATH_BODY,
     }.items()
 }
 
@@ -190,13 +195,13 @@ def export_path_problem(path: str) -> str | None:
         return f"is longer than {EXPORT_PATH_MAX} characters"
     if path == "/":
         return "is the root directory, which must never be exported or mounted over"
-    if not full_match(f"(/{PATH_COMPONENT})+", path):
+    if any(part and not part.strip(".") for part in path.split("/")):
+        return "must not contain '.' or '..' components"
+    if not full_match(ABSOLUTE_PATH_BODY, path):
         return (
             "must be an absolute path of letters, digits and '_', '.', '+', '@', '-' "
             "(no spaces, quotes, ',', ';', '#', braces or a trailing '/')"
         )
-    if any(part in {".", ".."} for part in path.split("/")):
-        return "must not contain '.' or '..' components"
     return None
 
 

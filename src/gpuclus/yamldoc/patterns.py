@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator
 
-from gpuclus.yamldoc.grammar import ADDRESS_PATTERN, ascii_grammar
+from gpuclus.yamldoc.grammar import ABSOLUTE_PATH_BODY, ADDRESS_PATTERN, PATH_COMPONENT, ascii_grammar
 
 
 def _number_text(value: Any) -> Any:
@@ -33,9 +33,10 @@ NumberText = Annotated[str, BeforeValidator(_number_text, json_schema_input_type
 NODE_NAME_PATTERN = ascii_grammar(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 CLUSTER_NAME_PATTERN = ascii_grammar(r"^[a-z][a-z0-9-]{0,39}$")
 USER_PATTERN = ascii_grammar(r"^[a-z_][a-z0-9_-]{0,31}$")
-ABSOLUTE_PATH = ascii_grammar(r"^(/[A-Za-z0-9_.+@-]+)+$")
+# No '.' or '..' part (grammar.PATH_COMPONENT says why): what is checked is where it lands.
+ABSOLUTE_PATH = ascii_grammar(f"^{ABSOLUTE_PATH_BODY}$")
 # The same, or / itself: a file system to watch for free space.
-DISK_PATH_PATTERN = ascii_grammar(r"^/([A-Za-z0-9_.+@-]+(/[A-Za-z0-9_.+@-]+)*)?$")
+DISK_PATH_PATTERN = ascii_grammar(f"^/({PATH_COMPONENT}(/{PATH_COMPONENT})*)?$")
 GPU_MODEL_PATTERN = ascii_grammar(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 PARTITION_PATTERN = ascii_grammar(r"^[A-Za-z0-9_-]{1,40}$")
 # Minutes or days bounded so Slurm's 32-bit time fields cannot overflow.
@@ -89,9 +90,10 @@ PATTERN_RULES = {
     CLUSTER_NAME_PATTERN: "must start with a lower-case letter and use only a-z, 0-9 and '-' (at most 40)",
     USER_PATTERN: "is not a valid Linux user name (lower case, digits, '_' and '-')",
     ABSOLUTE_PATH: "must be an absolute path of letters, digits and '_', '.', '+', '@', '-' "
-    "(no spaces, quotes, ',', ';', '#', braces or a trailing '/')",
+    "(no spaces, quotes, ',', ';', '#', braces, a trailing '/', or '.' or '..' parts, which would make it "
+    "land elsewhere than it reads)",
     DISK_PATH_PATTERN: "must be / or an absolute path of letters, digits and '_', '.', '+', '@', '-' "
-    "(no spaces, quotes or a trailing '/')",
+    "(no spaces, quotes, a trailing '/', or '.' or '..' parts)",
     GPU_MODEL_PATTERN: "must be a short name without spaces, e.g. h100 (it becomes the Slurm GRES type)",
     PARTITION_PATTERN: "may use only letters, digits, '_' and '-' (at most 40)",
     MAX_TIME_PATTERN: "is not a Slurm time (UNLIMITED, minutes, or days-hours:minutes:seconds)",

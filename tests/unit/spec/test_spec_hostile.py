@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import copy
 import re
+import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -40,7 +43,12 @@ HOSTILE = settings(
 )
 
 
-TEXT_FIELDS = [*PATTERN_FIELDS, ("slurm", "partitions", 0, "nodes"), ("nodes", 1, "name"), ("nodes", 1, "address")]
+TEXT_FIELDS = [
+    *PATTERN_FIELDS,
+    ("slurm", "partitions", 0, "nodes"),
+    ("nodes", 1, "name"),
+    ("nodes", 1, "address"),
+]
 
 # Characters that mean something in one of the files a value reaches.
 SPECIAL = [*"\n\r\t #;\"'{}[](),=*:%/\\$`@+.-_", "\x00", "\u2028", "é"]
@@ -62,6 +70,42 @@ INJECTIONS = st.sampled_from(
     ]
 )
 
+# Values of the classes issue 40's second round named: digits that only look ASCII, '.' and '..' path
+# segments, names Ansible, the inventory or Slurm already give a meaning to, numbers the resolver reads
+# as IPv4 addresses, and control or invisible characters.
+CLASS_VALUES = [
+    "\u0661\u0662",
+    "\uff11",
+    "\u00b2",
+    "\u0663",
+    "/..",
+    "/../etc",
+    "/home/../etc",
+    "/.",
+    "..",
+    "gpu",
+    "login",
+    "compute",
+    "cluster",
+    "localhost",
+    "all",
+    "ungrouped",
+    "default",
+    "DEFAULT",
+    "Default",
+    "0x7f000001",
+    "2130706433",
+    "127.1",
+    "0177.0.0.1",
+    "\x01",
+    "\x1b[31m",
+    "\x7f",
+    "\x85",
+    "\u200b",
+    "\u202e",
+]
+CLASSES = st.sampled_from(CLASS_VALUES)
+
 
 def original(path: tuple[str | int, ...]) -> str:
     value: Any = BASE
@@ -75,9 +119,9 @@ def hostile_specs(draw: st.DrawFn) -> str:
     data = copy.deepcopy(BASE)
     for path in draw(st.lists(st.sampled_from(TEXT_FIELDS), min_size=1, max_size=2, unique=True)):
         base = original(path)
-        piece = draw(st.one_of(INJECTIONS, FRAGMENTS))
-        # Mostly after a valid value: that is how an injection reads.
-        value = draw(st.sampled_from([base + piece] * 3 + [piece + base, piece, base[:1] + piece + base[1:]]))
+        piece = draw(st.one_of(INJECTIONS, FRAGMENTS, CLASSES))
+        # Mostly after a valid value: that is how an injection reads; alone, a reserved name or a number is one.
+        value = draw(st.sampled_from([base + piece] * 3 + [piece + base, piece, piece, base[:1] + piece + base[1:]]))
         holder: Any = data
         for part in path[:-1]:
             holder = holder[part]
@@ -88,6 +132,10 @@ def hostile_specs(draw: st.DrawFn) -> str:
 @given(hostile_specs())
 @HOSTILE
 def test_hostile_values_are_refused_with_a_location_or_change_nothing(text: str) -> None:
+    refused_with_a_location_or_safe(text)
+
+
+def refused_with_a_location_or_safe(text: str) -> None:
     loaded = load_spec_text(text)
     errors = [finding for finding in loaded.findings if finding.severity == Severity.ERROR]
     if errors:
@@ -95,6 +143,29 @@ def test_hostile_values_are_refused_with_a_location_or_change_nothing(text: str)
         return
     assert loaded.spec is not None and loaded.topology is not None
     check_files_mean_the_spec(loaded)
+
+
+# Where a whole value of CLASSES lands in its own right: a name, an address, a path.
+WHOLE_VALUE_FIELDS = [
+    ("cluster", "name"),
+    ("nodes", 0, "name"),
+    ("nodes", 0, "address"),
+    ("slurm", "partitions", 0, "name"),
+    ("nfs", "exports", 0, "path"),
+    ("nfs", "exports", 0, "mount"),
+]
+
+
+@pytest.mark.parametrize("path", WHOLE_VALUE_FIELDS, ids=lambda path: ".".join(map(str, path)))
+@pytest.mark.parametrize("value", CLASS_VALUES, ids=ascii)
+def test_each_class_of_value_alone_is_refused_with_a_location_or_safe(path: tuple[str | int, ...], value: str) -> None:
+    # The generator above mostly puts these after a valid value; alone, each one is tried in each field.
+    data = copy.deepcopy(BASE)
+    holder: Any = data
+    for part in path[:-1]:
+        holder = holder[part]
+    holder[path[-1]] = value
+    refused_with_a_location_or_safe(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
 
 
 def check_files_mean_the_spec(loaded: LoadedSpec) -> None:
@@ -112,6 +183,8 @@ def check_files_mean_the_spec(loaded: LoadedSpec) -> None:
 
     hosts = yaml.safe_load(files["inventory/hosts.yml"])
     assert _inventory_hosts(hosts) == addresses
+    check_names_mean_themselves(loaded, set(_group_names(hosts)))
+    check_files_are_plain_text(files)
 
     assert _hosts_file_entries(render("base", "etc/hosts.j2", inventory, controller)) == addresses
     chrony = render("base", "etc/chrony/chrony.conf.j2", inventory, controller)
@@ -146,6 +219,63 @@ def check_files_mean_the_spec(loaded: LoadedSpec) -> None:
     node_job = next(job for job in prometheus["scrape_configs"] if job["job_name"] == "node")
     targets = {config["labels"]["instance"]: config["targets"] for config in node_job["static_configs"]}
     assert targets == {name: [f"{address}:9100"] for name, address in addresses.items()}
+
+
+# Words the playbooks' plays target, found by reading them, so a new play is covered without a change here.
+PLAY_WORDS = frozenset(
+    word.lstrip("&!")
+    for playbook in (Path(__file__).resolve().parents[3] / "playbooks").glob("*.yml")
+    for play in yaml.safe_load(playbook.read_text(encoding="utf-8")) or []
+    if "hosts" in play
+    for word in re.split(r"[:,]", str(play["hosts"]))
+)
+# Ansible's groups of every inventory and its name for the control machine; slurm.conf's words for the
+# defaults record, every node, and the host reading the file.
+ANSIBLE_WORDS = frozenset({"all", "ungrouped", "localhost"})
+SLURM_NODE_WORDS = frozenset({"default", "all", "localhost"})
+SLURM_PARTITION_WORDS = frozenset({"default"})
+
+
+def check_names_mean_themselves(loaded: LoadedSpec, groups: set[str]) -> None:
+    """No accepted node or partition name is a word Ansible, the inventory or Slurm reads as something else."""
+    assert loaded.spec is not None and loaded.topology is not None
+    taken = PLAY_WORDS | groups | ANSIBLE_WORDS | SLURM_NODE_WORDS
+    for node in loaded.topology.nodes:
+        assert node.name.casefold() not in taken, node.name
+        assert node.name.isascii() and node.address.isascii(), node
+        # The resolver reads 0x7f000001 and 2130706433 as 127.0.0.1, never as a name.
+        assert not _libc_reads_as_address(node.name), node.name
+    for partition in loaded.spec.slurm.partitions:
+        assert partition.name.casefold() not in SLURM_PARTITION_WORDS, partition.name
+    for export in loaded.spec.nfs.exports:
+        for path in (export.path, export.mount_point):
+            assert not {".", ".."} & set(path.split("/")), path
+
+
+def _libc_reads_as_address(name: str) -> bool:
+    try:
+        socket.inet_aton(name)
+    except OSError:
+        return False
+    return True
+
+
+# The one character beyond printable ASCII that gpuclus' own headers write.
+HEADER_DASH = "\u2014"
+
+
+def check_files_are_plain_text(files: dict[str, str]) -> None:
+    """Every rendered file is printable ASCII and newlines: no spec value carried a control or look-alike character."""
+    for name, text in files.items():
+        odd = {char for char in text if not (" " <= char <= "~" or char == "\n" or char == HEADER_DASH)}
+        assert not odd, (name, odd)
+
+
+def _group_names(tree: dict[str, Any]) -> Iterator[str]:
+    for name, group in tree.items():
+        yield str(name)
+        if isinstance(group, dict):
+            yield from _group_names(group.get("children") or {})
 
 
 def _inventory_hosts(hosts: dict[str, Any]) -> dict[str, str]:

@@ -75,3 +75,51 @@ def duplicate_exports(view: SpecView) -> list[Finding]:
                     )
                 )
     return findings
+
+
+# The anonymous ids an export maps squashed users to: what 0 is for each, and whose rights it then hands out.
+_ANONYMOUS_IDS = {"anonuid": ("root's uid", "root"), "anongid": ("root's gid", "the root group")}
+
+
+@_check(EXPORTS)
+def exports_squash_to_root(view: SpecView) -> list[Finding]:
+    """anonuid=0 or anongid=0 turns squashing around: the squashed users become root on the share."""
+    findings: list[Finding] = []
+    for index, export in enumerate(view.spec.nfs.exports):
+        options = export.options.split(",")
+        squashed = _squashed(options)
+        if squashed is None:
+            continue
+        # The last of an option given twice wins, in exports(5) and here.
+        values = {name: value for name, _equals, value in (option.partition("=") for option in options)}
+        for name, (zero, owner) in _ANONYMOUS_IDS.items():
+            if name not in values or int(values[name]) != 0:
+                continue
+            findings.append(
+                warning(
+                    "export-squash-to-root",
+                    f"export {export.path} maps {squashed} to {zero} ({name}=0): they may change any file on "
+                    f"the share that {owner} may",
+                    ("nfs", "exports", index, "options"),
+                    hint=f"use {name}=65534 (nobody) or leave {name} out; write no_root_squash if root on the "
+                    "clients is meant to stay root there",
+                )
+            )
+    return findings
+
+
+def _squashed(options: list[str]) -> str | None:
+    """Who the export squashes to the anonymous ids, in words, or None when no one is.
+
+    As exports(5) reads them: the later of a flag and its no_ form wins, and root_squash is the default.
+    """
+    if _later(options, "all_squash", "no_all_squash") == "all_squash":
+        return "every user on every client"
+    if _later(options, "root_squash", "no_root_squash") != "no_root_squash":
+        return "root on every client (undoing root_squash)"
+    return None
+
+
+def _later(options: list[str], first: str, second: str) -> str | None:
+    """Which of ``first`` and ``second`` comes last in ``options``, or None when neither is there."""
+    return next((option for option in reversed(options) if option in (first, second)), None)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from gpuclus.spec import hostlist
 from gpuclus.spec.checks.view import NODES, RegisteredCheck, SpecView, node_loc, registrar
 from gpuclus.spec.models import Role
+from gpuclus.spec.reserved import reserved_node_name_problem
 from gpuclus.spec.topology import Node, Topology
 from gpuclus.yamldoc.findings import Finding, error, warning
 from gpuclus.yamldoc.grammar import address_problem, full_match, numeric_name_problem
@@ -65,18 +66,12 @@ def node_names(view: SpecView) -> list[Finding]:
     findings: list[Finding] = []
     reported_entries: set[int] = set()
     for node in view.topology.nodes:
-        problem = _node_name_problem(node.name)
-        if problem and node.entry not in reported_entries:
+        if node.entry in reported_entries:
+            continue
+        finding = _node_name_finding(node)
+        if finding is not None:
             reported_entries.add(node.entry)
-            findings.append(
-                error(
-                    "invalid-node-name",
-                    f"{node.name!r} {problem}",
-                    node_loc(node.entry, "name"),
-                    hint="use lower case letters, digits and '-' (at most 63), not starting or ending "
-                    "with '-' and not a number alone; Slurm and /etc/hosts need plain host names",
-                )
-            )
+            findings.append(finding)
     for first, second, names in _collisions(view.topology, lambda node: node.name):
         findings.append(
             error(
@@ -87,6 +82,28 @@ def node_names(view: SpecView) -> list[Finding]:
             )
         )
     return findings
+
+
+def _node_name_finding(node: Node) -> Finding | None:
+    problem = _node_name_problem(node.name)
+    if problem:
+        return error(
+            "invalid-node-name",
+            f"{node.name!r} {problem}",
+            node_loc(node.entry, "name"),
+            hint="use lower case letters, digits and '-' (at most 63), not starting or ending "
+            "with '-' and not a number alone; Slurm and /etc/hosts need plain host names",
+        )
+    reserved = reserved_node_name_problem(node.name)
+    if reserved:
+        return error(
+            "reserved-node-name",
+            f"{node.name!r} {reserved}",
+            node_loc(node.entry, "name"),
+            hint="give the node a name of its own, e.g. 'head' or 'gpu01'; group, Ansible and Slurm words "
+            "(cluster, compute, controller, gpu, login, monitoring, all, ungrouped, localhost, default) are taken",
+        )
+    return None
 
 
 def _node_name_problem(name: str) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuclus.spec import hostlist
 from gpuclus.spec.checks.view import NODES, PARTITIONS, RegisteredCheck, SpecView, registrar
+from gpuclus.spec.reserved import reserved_partition_name_problem
 from gpuclus.yamldoc.findings import Finding, error, warning
 
 CHECKS: list[RegisteredCheck] = []
@@ -28,6 +29,17 @@ def partition_definitions(view: SpecView) -> list[Finding]:
                 )
             )
         seen.add(partition.name)
+        reserved = reserved_partition_name_problem(partition.name)
+        if reserved:
+            findings.append(
+                error(
+                    "reserved-partition-name",
+                    f"partition {partition.name!r} {reserved}",
+                    (*loc, "name"),
+                    hint="name the partition for what runs there, e.g. 'gpu' or 'batch'; to make it the one jobs "
+                    "get when they name none, set default: true",
+                )
+            )
         if partition.default:
             defaults.append(index)
         if partition.nodes is not None:

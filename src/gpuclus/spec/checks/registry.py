@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from gpuclus.spec.checks import (
     containers,
+    control_files,
     failover,
     monitoring,
     nfs,
     nodes,
     nvidia,
     partitions,
+    paths,
     pytorch,
     users,
 )
@@ -30,6 +32,8 @@ CHECKS: list[RegisteredCheck] = [
     *containers.CHECKS,
     *nvidia.CHECKS,
     *users.CHECKS,
+    *paths.CHECKS,
+    *control_files.CHECKS,
 ]
 
 
