@@ -3,7 +3,9 @@
 In JSON mode stdout carries exactly one JSON object and nothing else; in
 human mode results go to stdout and errors, warnings and notes to stderr.
 Everything printed through rich is escaped: spec values such as gpu[01-04]
-would otherwise be read as markup.
+would otherwise be read as markup. Messages, hints and source lines also go
+through yamldoc.findings.printable: the values they quote come from files and
+command lines, and a control character there would reach the terminal.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from rich.markup import escape
 
 from gpuclus.errors import GpuclusError
 from gpuclus.hints import with_spec
-from gpuclus.yamldoc.findings import Finding, Severity
+from gpuclus.yamldoc.findings import Finding, Severity, printable, source_excerpt
 
 _SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
@@ -56,17 +58,19 @@ class Output:
 
     def warn(self, text: str) -> None:
         if not self.json_mode:
-            self.err.print(f"[yellow]warning:[/] {escape(text)}")
+            self.err.print(f"[yellow]warning:[/] {escape(printable(text))}")
 
     def fail(self, problem: GpuclusError, extra: dict[str, Any] | None = None) -> None:
         if self.spec is not None:
             problem.hint = with_spec(problem.hint, self.spec)
         if self.json_mode:
-            self.emit({"ok": False, "error": problem.as_dict(), **(extra or {})})
+            error = problem.as_dict()
+            error.update({key: printable(error[key]) for key in ("message", "hint") if error[key] is not None})
+            self.emit({"ok": False, "error": error, **(extra or {})})
             return
-        self.err.print(f"[bold red]error:[/] {escape(problem.message)}")
+        self.err.print(f"[bold red]error:[/] {escape(printable(problem.message))}")
         if problem.hint:
-            self.err.print(f"  [dim]hint:[/] {escape(problem.hint)}")
+            self.err.print(f"  [dim]hint:[/] {escape(printable(problem.hint))}")
 
     def findings(self, findings: list[Finding], *, to_stderr: bool = True) -> None:
         """file:line:col: level[code] path: message, the source line with a caret, the hint."""
@@ -81,16 +85,16 @@ class Output:
                     where += f":{finding.column}"
             style = _SEVERITY_STYLE[finding.severity]
             console.print(
-                f"[bold]{escape(where)}:[/] [{style}]{finding.severity.value}[/][dim]\\[{finding.code}][/] "
-                f"{escape(finding.path)}: {escape(finding.message)}"
+                f"[bold]{escape(printable(where))}:[/] [{style}]{finding.severity.value}[/][dim]\\[{finding.code}][/] "
+                f"{escape(printable(finding.path))}: {escape(printable(finding.message))}"
             )
             if finding.source_line is not None and finding.line is not None:
                 gutter = f"{finding.line:>5} | "
-                console.print(f"[dim]{escape(gutter)}[/]{escape(finding.source_line)}")
-                caret_at = max((finding.column or 1) - 1, 0)
+                excerpt, caret_at = source_excerpt(finding.source_line, finding.column)
+                console.print(f"[dim]{escape(gutter)}[/]{escape(excerpt)}")
                 console.print(f"[dim]{' ' * 6}| [/]{' ' * caret_at}[{style}]^[/]")
             if finding.hint:
-                console.print(f"  [dim]hint:[/] {escape(finding.hint)}")
+                console.print(f"  [dim]hint:[/] {escape(printable(finding.hint))}")
 
 
 def findings_summary(findings: list[Finding]) -> dict[str, int]:

@@ -9,9 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuclus.fileio import write_text_atomic
+from gpuclus.fileio import make_directories, read_text_file, refuse_link_or_special, write_text_atomic
 
 STATE_DIR_NAME = ".gpuclus"
+# What gpuclus reads back from here is small: a public key line, and one known_hosts line per key of a node
+# (a 10,000-node cluster's is about 3 MB). Reads stop past these, so a FIFO or a huge file never hangs them.
+MAX_PUBLIC_KEY_BYTES = 64 * 1024
+MAX_KNOWN_HOSTS_BYTES = 64 * 1024 * 1024
+_REPLACED_HINT = "gpuclus keeps this file itself: move what is in its place away (it is written again)"
 
 
 @dataclass(frozen=True)
@@ -49,17 +54,25 @@ class StateDir:
         return self.root / "sandbox.json"
 
     def private_dir(self, path: Path) -> Path:
-        """Create ``path`` (and the state root) as 0700 directories."""
-        for directory in (self.root, path):
-            directory.mkdir(parents=True, exist_ok=True)
-            directory.chmod(0o700)
+        """Create ``path`` (and the state root) as 0700 directories.
+
+        A symlink anywhere from the state root down is refused (UsageError),
+        not followed: in a spec directory others can write to, a planted
+        .gpuclus link would otherwise receive gpuclus' keys and secrets.
+        """
+        # The spec's directory is the user's own (resolved by beside): from there down is gpuclus'.
+        self.root.parent.mkdir(parents=True, exist_ok=True)
+        make_directories(self.root.parent, path, 0o700)
         return path
 
     def ensure_ssh_key(self) -> str:
         """gpuclus' ed25519 key pair (created once); returns the public key line."""
         self.private_dir(self.ssh_dir)
+        # Both are checked before either is written: a pair is never left half made.
+        for path in (self.private_key, self.public_key):
+            refuse_link_or_special(path)
         if self.private_key.exists() and self.public_key.exists():
-            return self.public_key.read_text().strip()
+            return read_text_file(self.public_key, MAX_PUBLIC_KEY_BYTES, hint=_REPLACED_HINT).strip()
         from cryptography.hazmat.primitives import serialization
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -91,7 +104,7 @@ class StateDir:
     def knows_host(self, address: str) -> bool:
         """Whether known_hosts holds a key for this address (port 22)."""
         try:
-            lines = self.known_hosts.read_text().splitlines()
+            lines = read_known_hosts_text(self.known_hosts).splitlines()
         except FileNotFoundError:
             return False
         return any(line.split()[:1] == [_host_field(address)] for line in lines)
@@ -103,6 +116,11 @@ class StateDir:
         write_text_atomic(self.known_hosts, "".join(f"{line}\n" for line in kept), mode=0o600)
 
 
+def read_known_hosts_text(path: Path) -> str:
+    """A known_hosts file's text, bounded (FileNotFoundError when there is none)."""
+    return read_text_file(path, MAX_KNOWN_HOSTS_BYTES, hint=_REPLACED_HINT)
+
+
 def _host_field(address: str, port: int = 22) -> str:
     # OpenSSH writes non-standard ports as [host]:port; plain host otherwise.
     return address if port == 22 else f"[{address}]:{port}"
@@ -111,7 +129,7 @@ def _host_field(address: str, port: int = 22) -> str:
 def _lines_without(path: Path, hosts: set[str]) -> list[str]:
     """known_hosts lines whose host field is not one of ``hosts`` (blank lines dropped)."""
     try:
-        lines = path.read_text().splitlines()
+        lines = read_known_hosts_text(path).splitlines()
     except FileNotFoundError:
         return []
     return [line for line in lines if line.split() and line.split()[0] not in hosts]

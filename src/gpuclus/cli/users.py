@@ -247,19 +247,61 @@ def _users_file_of(spec: Path, out: Output) -> tuple[Any, Path, str]:
             "add `users: {file: users.yaml}` to the spec and create the file (docs/users.md shows one)",
         )
     path = spec.parent / value
-    return loaded, path, path.read_text(encoding="utf-8")
+    # Read again, as the spec's check read it (bounded, a regular file): what is edited is the file now.
+    from gpuclus.yamldoc.document import read_spec_text
+
+    return loaded, path, read_positioned_file(read_spec_text, path)
+
+
+# A public key line is under 1 KiB (a 16384-bit RSA key is ~2.8 KiB); a file of a few dozen keys is far less.
+MAX_KEY_FILE_BYTES = 64 * 1024
+_KEY_FILE_HINT = "give the path of a public key (.pub), e.g. ~/.ssh/id_ed25519.pub"
 
 
 def _public_keys(path: Path) -> list[str]:
-    """The key lines of a public key file (blank and comment lines skipped)."""
+    """The key lines of a public key file (blank and comment lines skipped), each checked.
+
+    The file can be anything the command line names (a secret, a device), so
+    it is read bounded and no line of it is ever quoted: a refusal says what
+    is wrong with the line, by its number.
+    """
+    from gpuclus.users.sshkeys import key_problem
+
+    text = _key_file_text(path)
+    numbered = [
+        (number, line.strip())
+        for number, line in enumerate(text.splitlines(), start=1)
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    if not numbered:
+        raise UsageError(f"--key {path}: no key in it", _KEY_FILE_HINT)
+    for number, line in numbered:
+        problem = key_problem(line)
+        if problem is not None:
+            raise UsageError(f"--key {path}: line {number} {problem}", _KEY_FILE_HINT)
+    return [line for _number, line in numbered]
+
+
+def _key_file_text(path: Path) -> str:
+    """A key file's text; a FIFO, a device, a huge or a binary file is a UsageError, and nothing is quoted."""
+    from gpuclus.fileio import FileTooLargeError, NotRegularFileError, read_regular_file
+
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as problem:
-        raise UsageError(f"--key {path}: cannot read it ({problem})", "give the path of a public key (.pub)") from None
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-    if not lines:
-        raise UsageError(f"--key {path}: no key in it", "give the path of a public key (.pub)")
-    return lines
+        data = read_regular_file(path, MAX_KEY_FILE_BYTES)
+    except NotRegularFileError as exc:
+        raise UsageError(f"--key {path}: is {exc.kind}, not a public key file", _KEY_FILE_HINT) from None
+    except FileTooLargeError:
+        raise UsageError(
+            f"--key {path}: over {MAX_KEY_FILE_BYTES // 1024} KiB, far more than a public key file holds",
+            _KEY_FILE_HINT,
+        ) from None
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise UsageError(f"--key {path}: cannot read it ({why})", _KEY_FILE_HINT) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"--key {path}: binary data, not a public key file", _KEY_FILE_HINT) from None
 
 
 def _apply(out: Output, spec: Path, change: Any, *, dry_run: bool, payload: dict[str, Any]) -> None:

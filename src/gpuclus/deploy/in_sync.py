@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuclus import __version__
-from gpuclus.fileio import write_text_atomic
+from gpuclus.fileio import FileTooLargeError, NotRegularFileError, read_json_file, read_regular_file, write_text_atomic
 from gpuclus.resources import data_dir
 from gpuclus.ssh.client import SshFailure, SshTarget, connect, run
 from gpuclus.state import StateDir
@@ -47,6 +47,11 @@ if TYPE_CHECKING:
     from gpuclus.spec.load import LoadedSpec
 
 STORE_NAME = "in-sync.json"
+# in-sync.json holds three short strings per node: a 10,000-node cluster's is about 2 MB.
+MAX_STORE_BYTES = 16 * 1024 * 1024
+# The files hashed by content are small (secrets, the SSH key, the users file, the roles' files); one past this
+# is not read: its size stands in for its content (the spec's own checks refuse such inputs anyway).
+MAX_HASHED_BYTES = 64 * 1024 * 1024
 # A node that does not answer within these is not in sync: the deploy runs and its preflight names the node.
 CONNECT_TIMEOUT = 5.0
 COMMAND_TIMEOUT = 30.0
@@ -77,6 +82,7 @@ _COMMAND = "sudo -n /bin/sh -c " + shlex.quote(FINGERPRINT_SCRIPT)
 CONTROL_INPUTS = (
     ("containers", "artifacts_dir"),
     ("containers", "credentials_file"),
+    ("monitoring", "alert_receiver", "webhook_url_file"),
     ("pytorch", "wheelhouse"),
     ("users", "file"),
     ("users", "directory", "bind_password_file"),
@@ -123,9 +129,13 @@ def run_key(
 
 def _hash_file(digest: Any, path: Path, label: str) -> None:
     try:
-        content = path.read_bytes()
-    except OSError:
-        content = b""  # absent or unreadable: the deploy itself says so
+        content = read_regular_file(path, MAX_HASHED_BYTES)
+    except FileTooLargeError as problem:
+        content = b""
+        label += f"\0over {problem.limit} bytes: {problem.size}"
+    except (OSError, NotRegularFileError):
+        # Absent, unreadable, or a FIFO or device (whose read would block or never end): the deploy says so.
+        content = b""
         label += "\0missing"
     digest.update(f"{label}\0{len(content)}\0".encode() + content)
 
@@ -165,8 +175,8 @@ def store_path(state: StateDir) -> Path:
 def read_store(state: StateDir) -> dict[str, dict[str, str]]:
     """node -> {key, fingerprint, run}; an unreadable or foreign file counts as empty (the deploy runs)."""
     try:
-        data = json.loads(store_path(state).read_text())
-    except (OSError, ValueError):
+        data = read_json_file(store_path(state), MAX_STORE_BYTES)
+    except (OSError, ValueError, NotRegularFileError, FileTooLargeError):
         return {}
     nodes = data.get("nodes") if isinstance(data, dict) else None
     if not isinstance(nodes, dict):

@@ -8,10 +8,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuclus.fileio import write_text_atomic
+from gpuclus.fileio import read_text_file, write_text_atomic
 from gpuclus.state import StateDir
 
 LAST_APPLIED = "last-applied"
+# A copy of one rendered file: the largest, a 10,000-node inventory, is a few megabytes.
+MAX_RENDERED_BYTES = 64 * 1024 * 1024
+_REPLACED_HINT = "it is gpuclus' copy of the last deploy's render: delete .gpuclus/last-applied (plan shows all anew)"
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,9 @@ def read_last_applied(state: StateDir) -> dict[str, str] | None:
     if not directory.is_dir():
         return None
     return {
-        str(path.relative_to(directory)): path.read_text() for path in sorted(directory.rglob("*")) if path.is_file()
+        str(path.relative_to(directory)): read_text_file(path, MAX_RENDERED_BYTES, hint=_REPLACED_HINT)
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
     }
 
 

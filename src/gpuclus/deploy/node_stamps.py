@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import json
 import shlex
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuclus.fileio import parse_json
 from gpuclus.render.files import ANSIBLE_CFG
 from gpuclus.ssh.client import SshFailure, SshTarget, connect, run
 from gpuclus.state import StateDir
@@ -109,7 +109,7 @@ def judge(node: str, address: str, text: str | None, digest: str) -> NodeStamp:
             "a deploy sets it up (a node gets its stamp at the end of a full deploy)",
         )
     try:
-        stamp = json.loads(text)
+        stamp = parse_json(text)  # the node's file: bounded in depth like gpuclus' own
         theirs, version = stamp["render_sha256"], stamp["gpuclus_version"]
         if not isinstance(theirs, str) or not isinstance(version, str):
             raise TypeError

@@ -27,7 +27,7 @@ from gpuclus.deploy.workspace import RunConfig, missing_playbooks, new_run_id, p
 from gpuclus.errors import ExitCode, GpuclusError, UsageError
 from gpuclus.preflight import runner as preflight_runner
 from gpuclus.preflight.report import NodeReport
-from gpuclus.secret_files import ensure_secrets, secrets_directory
+from gpuclus.secret_files import ensure_secrets, keep_webhook_url, secrets_directory
 from gpuclus.spec import hostlist
 from gpuclus.spec.load import LoadedSpec
 from gpuclus.state import StateDir
@@ -176,6 +176,13 @@ def _is_full(chosen: RunScope, loaded: LoadedSpec) -> bool:
     return chosen.phases == [choice.phase for choice in wanted_phases(loaded.spec, loaded.topology)[0]]
 
 
+def _keep_spec_secrets(state: StateDir, loaded: LoadedSpec) -> None:
+    """The spec's own secrets into .gpuclus/secrets/, where the roles read them (never in the rendered files)."""
+    assert loaded.spec is not None
+    receiver = loaded.spec.monitoring.alert_receiver
+    keep_webhook_url(state, receiver.webhook_url if receiver else None)
+
+
 def _in_sync_key(spec_path: Path, loaded: LoadedSpec, rendered: dict[str, str], phases: list[Phase]) -> str:
     state = StateDir.beside(spec_path)
     return in_sync.run_key(
@@ -194,6 +201,7 @@ def _skip_if_in_sync(
     state = StateDir.beside(request.spec_path)
     with deploy_lock(state):
         started = time.time()
+        _keep_spec_secrets(state, loaded)  # before the key, which hashes them
         key = _in_sync_key(request.spec_path, loaded, render_for_run(request.spec_path, loaded), chosen.phases)
         verdict = in_sync.judge(state, key, chosen.hosts, lambda names: probe(loaded, request.spec_path, names))
         observer.in_sync_checked(verdict, time.time() - started)
@@ -445,6 +453,7 @@ def prepare(
             "`gpuclus sandbox up` creates one for the sandbox; for real nodes run `gpuclus preflight --password`",
         )
     secrets = ensure_secrets(state)
+    _keep_spec_secrets(state, loaded)
     rendered = render_for_run(request.spec_path, loaded)
     if not request.check:
         # From here the nodes may change: however this run ends (Ctrl-C, a crash), they no longer count as

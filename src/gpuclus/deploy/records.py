@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from gpuclus.deploy.events import Event, HostResult, HostStarted, PhaseStarted, PlayStats, TaskStarted
-from gpuclus.fileio import write_text_atomic
+from gpuclus.fileio import FileTooLargeError, NotRegularFileError, read_json_file, write_text_atomic
 from gpuclus.state import StateDir
 
 RECORD_FILE = "record.json"
 DEFAULT_KEEP = 20
+# A record holds statuses, counts and one-line messages: a 10,000-node run writes well under a megabyte.
+MAX_RECORD_BYTES = 16 * 1024 * 1024
 
 
 @dataclass
@@ -213,12 +215,22 @@ def list_records(state: StateDir) -> list[RunRecord]:
     if not directory.is_dir():
         return []
     for run in sorted(directory.iterdir(), reverse=True):
-        path = run / RECORD_FILE
-        try:
-            records.append(RunRecord.from_dict(json.loads(path.read_text())))
-        except (OSError, ValueError, TypeError, KeyError):
-            continue
+        record = _read_record(run / RECORD_FILE)
+        if record is not None:
+            records.append(record)
     return records
+
+
+def _read_record(path: Path) -> RunRecord | None:
+    """The record at ``path``; None for a missing or broken one (a FIFO, a huge or malformed file), which
+    the listing skips rather than hang on or fail over."""
+    try:
+        data = read_json_file(path, MAX_RECORD_BYTES)
+        if not isinstance(data, dict):
+            return None
+        return RunRecord.from_dict(data)
+    except (OSError, NotRegularFileError, FileTooLargeError, ValueError, TypeError, KeyError, AttributeError):
+        return None
 
 
 def last_deploy(state: StateDir) -> RunRecord | None:

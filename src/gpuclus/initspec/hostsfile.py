@@ -139,6 +139,14 @@ def parse_hosts_text(text: str, source: str) -> HostsFile:
     return HostsFile(source, tuple(hosts), tuple(skipped))
 
 
+def _field_problem(field: str) -> str | None:
+    """address_problem's words for a field of the file, without the piece of it that they quote (a DNS label)."""
+    problem = address_problem(field)
+    if problem is not None and problem.startswith("has an invalid DNS label"):
+        return "has an invalid DNS label: letters, digits and '-' between dots, at most 63 each"
+    return problem
+
+
 def _split_line(tokens: list[str], where: str) -> tuple[str, str]:
     """The name token and the address of one line, in whichever order it was written."""
     first = tokens[0]
@@ -149,24 +157,25 @@ def _split_line(tokens: list[str], where: str) -> tuple[str, str]:
             raise UsageError(f"{where}: expected a host name after {first}, not another address", FORMAT_HINT)
         return tokens[1], first
     if _ADDRESS_ATTEMPT.search(first):
-        raise UsageError(f"{where}: {first!r} {address_problem(first) or 'is not an address'}", FORMAT_HINT)
+        # The fields are named, never quoted: the file may be any the user can read (--hosts /etc/shadow).
+        raise UsageError(f"{where}: the first field {_field_problem(first) or 'is not an address'}", FORMAT_HINT)
     if len(tokens) > 2:
         raise UsageError(
-            f"{where}: {len(tokens)} fields, but {first!r} is not an address as an /etc/hosts line starts",
+            f"{where}: {len(tokens)} fields, but the first is not an address as an /etc/hosts line starts",
             FORMAT_HINT,
         )
     address = tokens[1] if len(tokens) == 2 else first
-    problem = address_problem(address)
+    problem = _field_problem(address)
     if problem is not None:
-        raise UsageError(f"{where}: address {address!r} {problem}", FORMAT_HINT)
+        raise UsageError(f"{where}: the address field {problem}", FORMAT_HINT)
     return first, address
 
 
 def _node_name(token: str, where: str) -> str:
     """The short name (first label of a FQDN) a node is called in Slurm."""
-    problem = address_problem(token)
+    problem = _field_problem(token)
     if problem is not None:
-        raise UsageError(f"{where}: host name {token!r} {problem}", FORMAT_HINT)
+        raise UsageError(f"{where}: the host name field {problem}", FORMAT_HINT)
     name = token.rstrip(".").split(".", 1)[0]
     problem = node_name_problem(name)
     if problem is not None:

@@ -19,7 +19,7 @@ from typing import Protocol
 from gpuclus.deploy import pipeline
 from gpuclus.deploy.pipeline import DeployResult, ShowsDeploys
 from gpuclus.errors import ExitCode
-from gpuclus.fileio import write_text_atomic
+from gpuclus.fileio import refuse_link_or_special, write_text_atomic
 from gpuclus.nodes.drain import DrainOutcome, drain_and_wait
 from gpuclus.nodes.plan import RemovalPlan
 from gpuclus.nodes.retire import Retired, Runner, retire_nodes
@@ -74,6 +74,8 @@ def remove_nodes(
     ``load`` reads the written spec back for the deploy (the CLI's also shows its warnings).
     """
     assert loaded.spec is not None and loaded.topology is not None  # a checked spec
+    # Refused before any node is drained, not when the spec is written after it.
+    refuse_link_or_special(spec_path)
     state = StateDir.beside(spec_path)
     remote = connect(loaded.spec, loaded.topology, state.private_key, state.known_hosts)
     try:

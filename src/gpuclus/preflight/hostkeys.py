@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from gpuclus.errors import UsageError
 from gpuclus.spec.topology import Node
 from gpuclus.ssh.client import FIRST_CONTACT, SshFailure, SshTarget, fingerprint, host_key, key_label, known_hosts_name
-from gpuclus.state import StateDir
+from gpuclus.state import StateDir, read_known_hosts_text
 
 if TYPE_CHECKING:
     from gpuclus.spec.load import LoadedSpec
@@ -82,7 +82,7 @@ class KnownKey:
 def read_known_hosts(path: Path) -> list[KnownKey]:
     """An OpenSSH known_hosts file's keys (marker lines such as @revoked skipped); a missing file holds none."""
     try:
-        text = path.read_text(errors="replace")
+        text = read_known_hosts_text(path)
     except FileNotFoundError:
         return []
     keys = []

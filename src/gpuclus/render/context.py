@@ -18,9 +18,10 @@ from gpuclus.errors import UsageError
 from gpuclus.gpu_catalog import UNKNOWN, kind_for_model
 from gpuclus.release_checksums import known_checksums
 from gpuclus.release_files import group_vars_names
+from gpuclus.secret_files import SECRETS_DIR_NAME, WEBHOOK_URL
 from gpuclus.spec.failover import backup_controller, state_save_location
 from gpuclus.spec.hostlist import compress
-from gpuclus.spec.models import ClusterSpec, Containers, Role
+from gpuclus.spec.models import AlertReceiver, ClusterSpec, Containers, Role
 from gpuclus.spec.slurm_time import wall_minutes
 from gpuclus.spec.software import index_url, nccl_environment, requirements, software_layout
 from gpuclus.spec.topology import Node, Topology, slurm_partitions
@@ -297,7 +298,7 @@ def _monitoring_vars(spec: ClusterSpec, topology: Topology, *, state_dir: str) -
         "gpuclus_dcgm_exporter_package": _from_output_dir(monitoring.dcgm_exporter_package, state_dir=state_dir),
         "gpuclus_alertmanager_install": monitoring.alertmanager,
         "gpuclus_alertmanager_receiver": {
-            "webhook_url": receiver.webhook_url if receiver else None,
+            "webhook_url_file": _webhook_url_file(receiver, state_dir=state_dir),
             "email_to": receiver.email_to if receiver else None,
             "email_from": receiver.email_from if receiver else None,
             "smarthost": receiver.smarthost if receiver else None,
@@ -305,6 +306,20 @@ def _monitoring_vars(spec: ClusterSpec, topology: Topology, *, state_dir: str) -
         "gpuclus_monitoring_server": server.name if server else None,
         "gpuclus_monitoring_server_address": server.address if server else None,
     }
+
+
+def _webhook_url_file(receiver: AlertReceiver | None, *, state_dir: str) -> str | None:
+    """Where the role reads the webhook URL from: never the URL itself, which often carries a token.
+
+    A webhook_url given in the spec is kept by deploy in .gpuclus/secrets/ (0600, secret_files.py), like the
+    generated secrets; webhook_url_file is the admin's own file. The rendered files, which plan prints and
+    which are 0644, hold only the path.
+    """
+    if receiver is None:
+        return None
+    if receiver.webhook_url is not None:
+        return posixpath.join(state_dir, SECRETS_DIR_NAME, WEBHOOK_URL)
+    return _from_output_dir(receiver.webhook_url_file, state_dir=state_dir)
 
 
 def _from_output_dir(path: str | None, *, state_dir: str) -> str | None:

@@ -21,7 +21,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gpuclus.errors import UsageError
-from gpuclus.fileio import FileTooLargeError, NotRegularFileError, read_regular_file, write_text_atomic
+from gpuclus.fileio import (
+    FileTooLargeError,
+    NotRegularFileError,
+    make_directories,
+    read_json_file,
+    write_text_atomic,
+)
 
 MANIFEST_NAME = ".gpuclus-render.json"
 MANIFEST_FORMAT = 1
@@ -91,13 +97,18 @@ def plan_write(output_dir: Path, files: Mapping[str, str], *, force: bool = Fals
         _check_relative(path, "rendered file")
     if output_dir.exists() and not output_dir.is_dir():
         raise UsageError(f"{output_dir} exists and is not a directory", "choose another output directory with -o")
+    _refuse_linked_output_dir(output_dir)
     plan = WritePlan(output_dir, manifest_text(files))
+    # Links are refused before anything is read or written, even with --force:
+    # following one would read, replace or delete a file outside the directory.
+    _refuse_link(output_dir / MANIFEST_NAME)
     recorded = _read_manifest(output_dir, force=force)
 
     for path, text in files.items():
         target = output_dir / path
         _refuse_blocked_parents(output_dir, target)
-        if not target.exists() and not target.is_symlink():
+        _refuse_link(target)
+        if not target.exists():
             plan.write[path] = text
             continue
         if not target.is_file():
@@ -117,6 +128,8 @@ def plan_write(output_dir: Path, files: Mapping[str, str], *, force: bool = Fals
 
     for path in sorted(set(recorded) - set(files)):
         target = output_dir / path
+        _refuse_blocked_parents(output_dir, target)
+        _refuse_link(target)
         if not target.is_file():
             continue  # already gone; nothing to report
         why = _conflict(path, target.read_bytes(), recorded)
@@ -144,7 +157,8 @@ def write_rendered(output_dir: Path, files: Mapping[str, str], *, force: bool = 
         )
     try:
         for path, text in plan.write.items():
-            write_text_atomic(output_dir / path, text)
+            make_directories(output_dir, (output_dir / path).parent)
+            write_text_atomic(output_dir / path, text, make_parents=False)
         for path in plan.remove:
             (output_dir / path).unlink()
             _prune_empty_parents(output_dir, output_dir / path)
@@ -164,6 +178,7 @@ def write_rendered(output_dir: Path, files: Mapping[str, str], *, force: bool = 
 def _make_output_dir(output_dir: Path) -> None:
     # /proc/x, /sys/x or a read-only mount: a usage error naming the path,
     # not an internal error.
+    _refuse_linked_output_dir(output_dir)
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
@@ -196,8 +211,8 @@ def _read_manifest(output_dir: Path, *, force: bool) -> dict[str, str]:
     if not manifest.exists():
         return {}
     try:
-        # A FIFO or device in its place would hang an unbounded read.
-        data: Any = json.loads(read_regular_file(manifest, MAX_MANIFEST_BYTES).decode("utf-8"))
+        # A FIFO or device in its place would hang an unbounded read; JSON nested thousands deep, json's parser.
+        data: Any = read_json_file(manifest, MAX_MANIFEST_BYTES)
         recorded = data["files"]
         if data.get("format") != MANIFEST_FORMAT or not isinstance(recorded, dict):
             raise ValueError("unknown manifest format")
@@ -224,10 +239,30 @@ def _read_manifest(output_dir: Path, *, force: bool) -> dict[str, str]:
     return dict(recorded)
 
 
+def _refuse_linked_output_dir(output_dir: Path) -> None:
+    # The default directory sits beside the spec, where whoever can write
+    # there could plant a link to a directory of someone else's.
+    if output_dir.is_symlink():
+        raise UsageError(
+            f"{output_dir} is a symbolic link; gpuclus does not render through links",
+            f"pass the directory it points to with -o ({output_dir.resolve()}), or remove the link",
+        )
+
+
+def _refuse_link(path: Path) -> None:
+    if path.is_symlink():
+        raise UsageError(
+            f"{path} is a symbolic link; gpuclus render does not write through links",
+            f"remove the link (rm {path}) and render again",
+        )
+
+
 def _refuse_blocked_parents(output_dir: Path, target: Path) -> None:
-    # A file where a directory must go would fail half way through writing.
+    # A file where a directory must go would fail half way through writing;
+    # a link there would have the files written into another directory.
     for parent in reversed(target.relative_to(output_dir).parents):
         blocker = output_dir / parent
+        _refuse_link(blocker)
         if blocker.exists() and not blocker.is_dir():
             raise UsageError(
                 f"{blocker} is in the way: gpuclus render needs a directory there",

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuclus.errors import ExitCode, UsageError
-from gpuclus.fileio import FileTooLargeError, read_regular_file, refuse_non_regular_target, write_text_atomic
+from gpuclus.fileio import FileTooLargeError, read_regular_file, refuse_link_or_special, write_text_atomic
 from gpuclus.sandbox import hostprep
 from gpuclus.sandbox.aptsources import check_mirror
 from gpuclus.sandbox.engine import Engine, SandboxError, docker_engine, podman_engine
@@ -172,8 +172,9 @@ def up(options: UpOptions, say: Say) -> UpResult:
     artifacts = artifacts_directory(options.artifacts) if options.artifacts is not None else None
     wheelhouse = wheelhouse_directory(options.wheelhouse, ()) if options.wheelhouse is not None else None
     # The spec is read back and rewritten below: a device or FIFO in its
-    # place would hang the read or be replaced by a file.
-    refuse_non_regular_target(options.spec_path)
+    # place would hang the read or be replaced by a file, and a link is not
+    # written through (refused now, not after the nodes are made).
+    refuse_link_or_special(options.spec_path)
     hostprep.require_root()
     # A host with no Debian mirror to build from is refused before an engine is installed.
     for name in sorted(set(options.oses)):

@@ -6,11 +6,14 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gpuclus.fileio import FileTooLargeError, NotRegularFileError, read_json_file
 from gpuclus.sandbox.engine import SandboxError
 from gpuclus.sandbox.layout import SandboxLayout, SandboxNode
 from gpuclus.state import StateDir
 
 STATE_FILE = "sandbox.json"
+# A record names each node once: a few hundred bytes per node.
+MAX_RECORD_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -36,18 +39,37 @@ class SandboxRecord:
 
     @classmethod
     def load(cls, path: Path) -> SandboxRecord | None:
+        """The record at ``path``, None when there is none; a damaged one is a SandboxError that says what is
+        wrong without quoting it (another process may have put anything there)."""
         try:
-            data = json.loads(path.read_text())
+            data = read_json_file(path, MAX_RECORD_BYTES)
+        except FileNotFoundError:
+            return None
+        except (OSError, NotRegularFileError, FileTooLargeError, ValueError) as exc:
+            raise _damaged(path, _unreadable(exc)) from None
+        try:
             nodes = tuple(SandboxNode(**node) for node in data["nodes"])
             paths = {key: data.get(key) for key in ("artifacts_dir", "wheelhouse_dir")}
             for key, value in paths.items():
                 if value is not None and not isinstance(value, str):
-                    raise TypeError(f"{key} is {value!r}, not a path")
+                    raise TypeError(f"{key} is not a path")
             return cls(data["cluster"], data["engine"], data["subnet"], data["image"], nodes, **paths)
-        except FileNotFoundError:
-            return None
-        except (ValueError, KeyError, TypeError) as exc:
-            raise SandboxError(f"{path} is damaged ({exc})", "run `gpuclus sandbox down --name NAME`") from None
+        except (KeyError, TypeError, AttributeError):
+            raise _damaged(path, "not the record `sandbox up` writes") from None
+
+
+def _unreadable(problem: Exception) -> str:
+    if isinstance(problem, NotRegularFileError):
+        return f"it is {problem.kind}"
+    if isinstance(problem, FileTooLargeError):
+        return f"it holds more than {problem.limit} bytes"
+    if isinstance(problem, OSError):
+        return f"it cannot be read ({problem.strerror or type(problem).__name__})"
+    return "it is not JSON that `sandbox up` writes"
+
+
+def _damaged(path: Path, why: str) -> SandboxError:
+    return SandboxError(f"{path} is damaged: {why}", "run `gpuclus sandbox down --name NAME`")
 
 
 def record_path(state: StateDir) -> Path:

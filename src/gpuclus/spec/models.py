@@ -9,12 +9,19 @@ docs/spec.md, so keep them written for a cluster admin.
 from __future__ import annotations
 
 import enum
+import re
 import unicodedata
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from gpuclus.yamldoc.grammar import ascii_grammar, export_options_problem, export_path_problem, host_problem
+from gpuclus.yamldoc.grammar import (
+    ascii_grammar,
+    export_options_problem,
+    export_path_problem,
+    full_match,
+    host_problem,
+)
 from gpuclus.yamldoc.patterns import (
     ABSOLUTE_PATH,
     CLUSTER_NAME_PATTERN,
@@ -487,12 +494,33 @@ EMAIL_PATTERN = ascii_grammar(r"^[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}$
 SMARTHOST_PATTERN = ascii_grammar(r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")
 
 
+MAX_WEBHOOK_URL = 2048
+
+
+def masked_url(url: str) -> str:
+    """A URL that may carry a token (a webhook's path, a user:password@), as gpuclus shows it: scheme://host/… ***.
+
+    Anything that does not read as scheme://host comes out as *** alone.
+    """
+    scheme, separator, rest = url.partition("://")
+    host = re.split(r"[/?#]", rest, maxsplit=1)[0].rpartition("@")[2].split(":")[0]
+    if not (separator and scheme.isalpha() and host and full_match(r"[A-Za-z0-9.-]+", host)):
+        return "***"
+    return f"{scheme}://{host}/… ***"
+
+
 class AlertReceiver(_Model):
     webhook_url: str | None = Field(
         default=None,
-        max_length=2048,
+        max_length=MAX_WEBHOOK_URL,
         pattern=WEBHOOK_URL_PATTERN,
-        description="Alertmanager posts each alert group to this http(s) URL (e.g. a chat bridge).",
+        description="Alertmanager posts each alert group to this http(s) URL (e.g. a chat bridge); kept as a "
+        "secret (it may carry a token), or give webhook_url_file instead.",
+    )
+    webhook_url_file: str | None = Field(
+        default=None,
+        description="File on the control machine holding the webhook URL (one line, mode 0600), instead of "
+        "webhook_url: it lands only in alertmanager.yml (0640) on the monitoring node and is never printed.",
     )
     email_to: str | None = Field(
         default=None, max_length=254, pattern=EMAIL_PATTERN, description="E-mail address alerts go to."
@@ -515,7 +543,30 @@ class AlertReceiver(_Model):
             raise ValueError(f"e-mail alerts need email_to, email_from and smarthost; missing {', '.join(missing)}")
         return self
 
-    _hosts_are_addresses = field_validator("webhook_url", "smarthost")(_host_is_address)
+    @field_validator("webhook_url", mode="before")
+    @classmethod
+    def _webhook_url_problem_masked(cls, value: Any) -> Any:
+        # Before pydantic's own pattern check, whose finding would quote the URL, token and all.
+        if not isinstance(value, str):
+            return value
+        if len(value) <= MAX_WEBHOOK_URL and not full_match(WEBHOOK_URL_PATTERN, value):
+            raise ValueError(
+                f"{masked_url(value)} is not an http(s) URL without spaces or quotes (shown masked: it may carry a "
+                "token)"
+            )
+        problem = host_problem(value) if full_match(WEBHOOK_URL_PATTERN, value) else None
+        if problem:
+            raise ValueError(f"{masked_url(value)} has a host that is neither an IPv4 address nor a DNS name")
+        return value
+
+    @model_validator(mode="after")
+    def _one_webhook(self) -> AlertReceiver:
+        if self.webhook_url is not None and self.webhook_url_file is not None:
+            raise ValueError("give webhook_url or webhook_url_file, not both")
+        return self
+
+    _hosts_are_addresses = field_validator("smarthost")(_host_is_address)
+    _path_on_control_machine = field_validator("webhook_url_file")(_control_path)
 
 
 class Monitoring(_Model):

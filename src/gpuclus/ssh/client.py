@@ -16,9 +16,11 @@ paramiko is imported lazily: it is slow to import and `--help` need not pay.
 from __future__ import annotations
 
 import base64
+import errno
 import functools
 import hashlib
 import logging
+import os
 import shlex
 import socket
 import time
@@ -26,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuclus.errors import ExitCode, GpuclusError
+from gpuclus.errors import ExitCode, GpuclusError, UsageError
+from gpuclus.fileio import FileTooLargeError, NotRegularFileError, read_regular_file
 
 
 @dataclass(frozen=True)
@@ -158,8 +161,9 @@ def _connect_once(target: SshTarget, timeout: float, *, accept_new: bool, passwo
 
     _quiet_paramiko()
     client = paramiko.SSHClient()
-    if target.known_hosts.exists():
-        client.load_host_keys(str(target.known_hosts))
+    _load_known_hosts(client, target.known_hosts)
+    if password is None:
+        _require_key_file(target.key_file)
     client.set_missing_host_key_policy(
         _accept_new_policy(target.known_hosts) if accept_new else paramiko.RejectPolicy()
     )
@@ -196,6 +200,56 @@ def _connect_once(target: SshTarget, timeout: float, *, accept_new: bool, passwo
     return client
 
 
+# gpuclus' known_hosts holds one line per key of a node (a 10,000-node cluster's is about 3 MB); its private
+# key is one short PEM file. paramiko would open either itself, and block on a FIFO put in its place.
+MAX_KNOWN_HOSTS_BYTES = 64 * 1024 * 1024
+MAX_PRIVATE_KEY_BYTES = 64 * 1024
+_STATE_FILE_HINT = "gpuclus keeps this file itself: move what is in its place away, then run `gpuclus preflight`"
+
+
+def _load_known_hosts(client: Any, path: Path) -> None:
+    """The host keys of gpuclus' known_hosts, read bounded, each line parsed as paramiko's load_host_keys does."""
+    from paramiko.hostkeys import HostKeyEntry, InvalidHostKey
+    from paramiko.ssh_exception import SSHException
+
+    try:
+        data = read_regular_file(path, MAX_KNOWN_HOSTS_BYTES)
+    except FileNotFoundError:
+        return
+    except (OSError, NotRegularFileError, FileTooLargeError) as exc:
+        raise UsageError(f"{path}: cannot read gpuclus' known_hosts: {_unreadable(exc)}", _STATE_FILE_HINT) from None
+    keys = client.get_host_keys()
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            entry = HostKeyEntry.from_line(line)
+        except (SSHException, InvalidHostKey, ValueError):
+            continue  # a line paramiko cannot read is skipped (load_host_keys would stop at a bad base64 one)
+        if entry is not None:
+            for name in entry.hostnames:
+                keys.add(name, entry.key.get_name(), entry.key)
+
+
+def _require_key_file(path: Path) -> None:
+    """Refuse a key file paramiko would block on (a FIFO) or read without end (a device), before it opens it."""
+    try:
+        read_regular_file(path, MAX_PRIVATE_KEY_BYTES)
+    except FileNotFoundError:
+        return  # paramiko's own error names it
+    except (OSError, NotRegularFileError, FileTooLargeError) as exc:
+        raise UsageError(f"{path}: cannot read gpuclus' SSH key: {_unreadable(exc)}", _STATE_FILE_HINT) from None
+
+
+def _unreadable(problem: Exception) -> str:
+    if isinstance(problem, NotRegularFileError):
+        return f"it is {problem.kind}"
+    if isinstance(problem, FileTooLargeError):
+        return f"it holds more than {problem.limit} bytes"
+    return problem.strerror if isinstance(problem, OSError) and problem.strerror else type(problem).__name__
+
+
 def is_auth_failure(message: str) -> bool:
     """Did the server refuse the login (wrong user, key not installed), as opposed to not answering?"""
     lowered = message.lower()
@@ -210,11 +264,26 @@ def _accept_new_policy(known_hosts: Path) -> Any:
             client.get_host_keys().add(hostname, key.get_name(), key)
             known_hosts.parent.mkdir(parents=True, exist_ok=True)
             line = f"{hostname} {key.get_name()} {key.get_base64()} {FIRST_CONTACT}\n"
-            with known_hosts.open("a") as stream:
+            with _open_known_hosts_for_append(known_hosts) as stream:
                 stream.write(line)
-            known_hosts.chmod(0o600)
 
     return AcceptNew()
+
+
+def _open_known_hosts_for_append(known_hosts: Path) -> Any:
+    # Never through a link: one planted in .gpuclus/ssh/ would have gpuclus
+    # append to, and chmod, a file of someone else's.
+    try:
+        descriptor = os.open(known_hosts, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise UsageError(
+            f"{known_hosts} is a symbolic link; gpuclus does not write through links",
+            f"remove the link (rm {known_hosts}) and run the command again",
+        ) from None
+    os.fchmod(descriptor, 0o600)
+    return os.fdopen(descriptor, "a", encoding="utf-8")
 
 
 def install_key(target: SshTarget, password: str, public_key: str) -> None:

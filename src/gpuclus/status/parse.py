@@ -7,10 +7,10 @@ which knows that values hold spaces (Reason=) and '=' (CfgTRES=).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 
+from gpuclus.fileio import parse_json
 from gpuclus.slurm.commands import NodeState, gres_gpu_total, parse_gres, parse_key_values, parse_nodes
 from gpuclus.status.report import Job, PartitionInfo, ServiceState, SlurmNode, Target, Usage
 
@@ -166,7 +166,7 @@ def parse_units(text: str, units: tuple[str, ...]) -> dict[str, ServiceState]:
 def parse_targets(text: str) -> list[Target]:
     """Prometheus' active targets, sorted by job then instance; ValueError when it is not that document."""
     try:
-        document = json.loads(text)
+        document = parse_json(text)  # what a node sends: nested thousands deep, json.loads recurses out
         active = document["data"]["activeTargets"]
         if not isinstance(active, list):
             raise TypeError
@@ -197,7 +197,7 @@ def skip_reason(text: str) -> str:
     monitoring.grafana_unavailable is skip." and how to install it; a JSON object's "reason" works too.
     """
     try:
-        document = json.loads(text)
+        document = parse_json(text)  # what a node sends: nested thousands deep, json.loads recurses out
     except ValueError:
         document = None
     if isinstance(document, dict) and isinstance(document.get("reason"), str) and document["reason"].strip():

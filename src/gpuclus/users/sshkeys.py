@@ -32,7 +32,11 @@ _COMMENT = re.compile(ascii_grammar(r"^[A-Za-z0-9 @._+:/=,()-]{0,200}$"))
 
 
 def key_problem(line: str) -> str | None:
-    """Why ``line`` is not a public key line gpuclus writes, or None."""
+    """Why ``line`` is not a public key line gpuclus writes, or None.
+
+    The reason never quotes the line (only the key types gpuclus knows): it is
+    printed for a line of whatever file `users add --key` was given.
+    """
     if "PRIVATE KEY" in line:
         return "is a private key: give the public one (the .pub file, e.g. ~/.ssh/id_ed25519.pub)"
     if "\n" in line or "\r" in line:
@@ -44,7 +48,11 @@ def key_problem(line: str) -> str | None:
     if kind not in KEY_TYPES:
         if any(kind.startswith(option) for option in ("command=", "from=", "no-", "restrict", "environment=")):
             return "starts with authorized_keys options: gpuclus writes keys without options"
-        return f"starts with {kind[:40]!r}, not a key type ({', '.join(KEY_TYPES[:3])}, ...)"
+        # The line is not quoted: it may come from any file given as --key, a secret one included.
+        return (
+            f"is not a public key: its first word ({len(kind)} characters of {len(line)}) is not a key type "
+            f"gpuclus knows ({', '.join(KEY_TYPES[:3])}, ...)"
+        )
     if len(parts) < 2:
         return f"has the type {kind} but no key after it"
     blob = _decode(parts[1])

@@ -24,6 +24,14 @@ from gpuclus.yamldoc.findings import Finding, Loc, error
 API_VERSION: Final = "gpuclus/v1"
 MAX_SPEC_BYTES = 2 * 1024 * 1024
 _MIB_LIMIT = MAX_SPEC_BYTES // (1024 * 1024)
+# How deep values may nest: a spec is a handful of levels. The composer stops here, before Python's recursion
+# limit, so a document nested thousands deep is a located finding rather than a RecursionError.
+MAX_NESTING = 64
+# The longest integer the loader converts: no setting needs more than 20 digits, and PyYAML's int() fails
+# past Python's 4,300-digit limit with a ValueError that names no line.
+MAX_INTEGER_CHARS = 100
+# The line breaks PyYAML counts in its marks: source lines are cut where its line numbers are.
+_LINE_BREAK = re.compile(r"\r\n|[\n\r\x85\u2028\u2029]")
 
 
 class SpecFileError(Exception):
@@ -56,6 +64,8 @@ class SpecDocument:
     key_positions: dict[Loc, Position] = field(default_factory=dict)
     container_locs: set[Loc] = field(default_factory=set)
     findings: list[Finding] = field(default_factory=list)
+    # False when the text is not the named file's own (a symlink's target): its lines are never echoed.
+    echo_source: bool = True
 
     def position(self, loc: Loc, *, prefer_key: bool = False) -> Position | None:
         """Where ``loc`` is written; falls back to its nearest written parent.
@@ -78,7 +88,11 @@ class SpecDocument:
         return None
 
     def source_line(self, line: int) -> str | None:
-        lines = self.text.splitlines()
+        if not self.echo_source:
+            return None
+        lines = _LINE_BREAK.split(self.text)
+        if lines[-1] == "":  # the break ending the last line starts no line of its own
+            lines.pop()
         if 1 <= line <= len(lines):
             return lines[line - 1]
         return None
@@ -92,7 +106,22 @@ class SpecDocument:
 
 def read_spec_text(path: Path) -> str:
     """Read the file, turning every way it can fail into a SpecFileError."""
-    raw = _read_spec_bytes(path)
+    return read_named_spec(path)[0]
+
+
+def read_named_spec(path: Path) -> tuple[str, bool]:
+    """The file's text, and whether it is the named file's own: false for a symlink's target.
+
+    A finding echoes the line it is about; a spec that is a symlink to a file
+    the user cannot otherwise see (run through sudo, or named by a spec from
+    someone else) must not print that file's lines, so those are echoed only
+    from a regular file at the path named.
+    """
+    raw, named = _read_spec_bytes(path)
+    return _decoded(path, raw), named
+
+
+def _decoded(path: Path, raw: bytes) -> str:
     if b"\x00" in raw:
         raise SpecFileError(f"{path}: binary data, not a YAML text file", "pass the cluster spec (YAML)", usage=False)
     try:
@@ -105,10 +134,18 @@ def read_spec_text(path: Path) -> str:
         ) from None
 
 
-def _read_spec_bytes(path: Path) -> bytes:
-    """The file's bytes; only a regular file of at most MAX_SPEC_BYTES is read."""
+def _read_spec_bytes(path: Path) -> tuple[bytes, bool]:
+    """The file's bytes, and whether they are the named file's own (see read_named_spec)."""
     try:
-        return read_regular_file(path, MAX_SPEC_BYTES)
+        return _read_bounded(path, follow_symlinks=False), True
+    except NotRegularFileError:  # the one it lets through: a symlink
+        return _read_bounded(path, follow_symlinks=True), False
+
+
+def _read_bounded(path: Path, *, follow_symlinks: bool) -> bytes:
+    """Only a regular file of at most MAX_SPEC_BYTES is read; every failure is a SpecFileError."""
+    try:
+        return read_regular_file(path, MAX_SPEC_BYTES, follow_symlinks=follow_symlinks)
     except FileNotFoundError:
         raise SpecFileError(
             f"{path}: no such file",
@@ -116,6 +153,8 @@ def _read_spec_bytes(path: Path) -> bytes:
             usage=True,
         ) from None
     except NotRegularFileError as exc:
+        if exc.is_symlink and not follow_symlinks:
+            raise
         if exc.is_directory:
             raise SpecFileError(
                 f"{path}: is a directory, not a spec file", "pass the YAML file itself", usage=True
@@ -138,12 +177,39 @@ def _read_spec_bytes(path: Path) -> bytes:
 
 
 class _SpecLoader(yaml.SafeLoader):
-    """SafeLoader without YAML 1.1's base-60 numbers.
+    """SafeLoader without YAML 1.1's base-60 numbers, with bounded nesting and integers.
 
     YAML 1.1 reads ``max_time: 2:00:00`` as the integer 7200; YAML 1.2 and
     every admin read it as a time. Dropping the sexagesimal forms keeps such
     values as the text that was written.
     """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.nesting = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        # The composer recurses once per level: refuse before Python's recursion limit does.
+        self.nesting += 1
+        try:
+            if self.nesting > MAX_NESTING + 1:  # the root is level 1, and loc () has length 0
+                event = self.peek_event()  # type: ignore[no-untyped-call]
+                raise _TreeError(
+                    f"values nested more than {MAX_NESTING} levels deep", event.start_mark, hint=_NESTING_HINT
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self.nesting -= 1
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        if len(node.value) > MAX_INTEGER_CHARS:
+            raise _TreeError(
+                f"an integer of {len(node.value)} characters is far too large for any setting "
+                f"(at most {MAX_INTEGER_CHARS})",
+                node.start_mark,
+                hint="write the number the setting needs (ids, counts and sizes are at most 20 digits)",
+            )
+        return super().construct_yaml_int(node)
 
 
 _SpecLoader.yaml_implicit_resolvers = {
@@ -165,8 +231,10 @@ _SpecLoader.add_implicit_resolver(
     ),
     list("-+0123456789."),
 )
+_SpecLoader.add_constructor("tag:yaml.org,2002:int", _SpecLoader.construct_yaml_int)
 
 
+_NESTING_HINT = "a spec or users file is a few levels deep: look for brackets that are never closed"
 _SYNTAX_HINT = (
     "check indentation and quoting on this line or the one above; quote values that contain ': ' or start with [ { * &"
 )
@@ -175,15 +243,19 @@ _SYNTAX_HINT = (
 class _TreeError(Exception):
     """A YAML construct the spec refuses (cycles, bombs, odd keys), with where it is."""
 
-    def __init__(self, message: str, node: yaml.Node) -> None:
+    def __init__(self, message: str, where: yaml.Node | yaml.Mark, *, hint: str | None = None) -> None:
         super().__init__(message)
         self.message = message
-        self.position = _mark(node)
+        self.hint = hint
+        self.position = _mark(where)
 
 
-def parse_spec_text(text: str, path: str) -> SpecDocument:
-    """Parse YAML text into a SpecDocument; every YAML problem becomes a finding."""
-    document = SpecDocument(path=path, text=text, data=None)
+def parse_spec_text(text: str, path: str, *, echo_source: bool = True) -> SpecDocument:
+    """Parse YAML text into a SpecDocument; every YAML problem becomes a finding.
+
+    ``echo_source`` false: the findings carry no source line (see read_named_spec).
+    """
+    document = SpecDocument(path=path, text=text, data=None, echo_source=echo_source)
 
     def problem(code: str, message: str, hint: str | None, line: int | None = None, column: int | None = None) -> None:
         finding = error(code, message, hint=hint)
@@ -212,18 +284,18 @@ def parse_spec_text(text: str, path: str) -> SpecDocument:
         problem("yaml-syntax", f"invalid YAML: {reason}", _SYNTAX_HINT, line, column)
         document.data = None
     except yaml.reader.ReaderError as exc:
-        line = text.count("\n", 0, exc.position) + 1
-        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        before = _LINE_BREAK.split(text[: exc.position])
+        line, column = len(before), len(before[-1]) + 1
         problem(
             "yaml-syntax",
-            f"character {exc.character!r} cannot appear in YAML text",
+            f"character U+{_code_point(exc.character):04X} cannot appear in YAML text",
             "remove control characters (often a pasted terminal colour code)",
             line,
             column,
         )
         document.data = None
     except _TreeError as exc:
-        problem("yaml-syntax", exc.message, None, exc.position.line, exc.position.column)
+        problem("yaml-syntax", exc.message, exc.hint, exc.position.line, exc.position.column)
         document.data = None
     except RecursionError:
         problem("yaml-syntax", "the YAML is nested too deeply to be a cluster spec", None)
@@ -237,12 +309,19 @@ def parse_spec_text(text: str, path: str) -> SpecDocument:
     return document
 
 
+def _code_point(character: int | str) -> int:
+    # PyYAML's reader gives the character's code, its decoder the character itself.
+    return character if isinstance(character, int) else ord(character[:1] or "\0")
+
+
 def load_document(path: Path) -> SpecDocument:
-    return parse_spec_text(read_spec_text(path), str(path))
+    text, named = read_named_spec(path)
+    return parse_spec_text(text, str(path), echo_source=named)
 
 
-def _mark(node: yaml.Node) -> Position:
-    return Position(node.start_mark.line + 1, node.start_mark.column + 1)
+def _mark(where: yaml.Node | yaml.Mark) -> Position:
+    mark = where.start_mark if isinstance(where, yaml.Node) else where
+    return Position(mark.line + 1, mark.column + 1)
 
 
 class _Builder:
@@ -255,7 +334,7 @@ class _Builder:
 
     # A 10,000-node spec written host by host builds well under 100,000 values.
     MAX_VALUES = 200_000
-    MAX_DEPTH = 64
+    MAX_DEPTH = MAX_NESTING
 
     def __init__(self, document: SpecDocument, loader: _SpecLoader) -> None:
         self.document = document
@@ -270,7 +349,7 @@ class _Builder:
                 f"the spec expands to more than {self.MAX_VALUES} values (aliases repeated many times?)", node
             )
         if len(loc) > self.MAX_DEPTH:
-            raise _TreeError(f"values nested more than {self.MAX_DEPTH} levels deep", node)
+            raise _TreeError(f"values nested more than {self.MAX_DEPTH} levels deep", node, hint=_NESTING_HINT)
         if id(node) in self.active:
             raise _TreeError("an alias refers to its own anchor (a cycle)", node)
         self.document.value_positions.setdefault(loc, _mark(node))

@@ -9,6 +9,7 @@ stay free of YAML concerns.
 from __future__ import annotations
 
 import enum
+import unicodedata
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -45,9 +46,10 @@ class Finding:
             "code": self.code,
             # "level" is the key `spec check --json` has always printed; scripts read it.
             "level": self.severity.value,
-            "path": self.path,
-            "message": self.message,
-            "hint": self.hint,
+            # json.dumps escapes C0 only; what a script prints from here must be as safe as the terminal's text.
+            "path": printable(self.path),
+            "message": printable(self.message),
+            "hint": printable(self.hint) if self.hint is not None else None,
             "file": self.file,
             "line": self.line,
             "column": self.column,
@@ -87,3 +89,60 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
 
 def has_errors(findings: list[Finding]) -> bool:
     return any(f.severity is Severity.ERROR for f in findings)
+
+
+# Printing what a user wrote ------------------------------------------------------------------------------------
+# A spec line or value reaches a terminal: an ESC starts a control sequence (colours, a cursor moved, a title
+# set), a C1 byte does the same on some terminals, and a bidi override makes the text read differently from
+# what it holds. Such characters are shown as escapes; very long text is cut so one line stays one line.
+
+# Messages and hints are a sentence or two; the value they quote is cut in its middle, so the words after it
+# stay. Source lines are cut around the column the caret points at.
+MAX_MESSAGE_CHARS = 2000
+MAX_SOURCE_CHARS = 200
+_ELLIPSIS = "…"
+# Control (C0, DEL, C1), format (bidi overrides and isolates, zero-width characters) and line or paragraph
+# separators: nothing a reader can see, everything a terminal may act on.
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
+
+
+def visible(text: str) -> str:
+    """``text`` with every control, format and separator character written as an escape (\\x1b, \\u202e)."""
+    return "".join(_visible_char(char) for char in text)
+
+
+def _visible_char(char: str) -> str:
+    if unicodedata.category(char) not in _INVISIBLE_CATEGORIES:
+        return char
+    code = ord(char)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def printable(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` safe to print: invisible characters made visible, cut in its middle past ``limit`` characters."""
+    shown = visible(text)
+    if len(shown) <= limit:
+        return shown
+    keep = limit - len(_ELLIPSIS)
+    return shown[: keep - keep // 2] + _ELLIPSIS + shown[len(shown) - keep // 2 :]
+
+
+def source_excerpt(line: str, column: int | None, width: int = MAX_SOURCE_CHARS) -> tuple[str, int]:
+    """A source line safe to print, and where its caret goes (0-based, in the excerpt).
+
+    The line is made visible, then cut to ``width`` characters around the
+    column (an ellipsis at each cut end), so the caret still points at the
+    character the finding is about.
+    """
+    at = max((column or 1) - 1, 0)
+    before, after = visible(line[:at]), visible(line[at:])
+    shown, caret = before + after, len(before)
+    if len(shown) <= width:
+        return shown, caret
+    start = max(0, min(caret - width // 2, len(shown) - width))
+    end = start + width
+    head = _ELLIPSIS if start > 0 else ""
+    tail = _ELLIPSIS if end < len(shown) else ""
+    return head + shown[start:end] + tail, caret - start + len(head)

@@ -2,7 +2,7 @@
 
 playbooks/filter_plugins/gpuclus_paths.py (gpuclus_control_path) is the one
 place that knows the rendered layout (the rendered directory holds
-inventory/); the enroot, pyxis, sssd, pytorch_env, grafana and gpu_metrics
+inventory/); the enroot, pyxis, sssd, pytorch_env, grafana, gpu_metrics and alertmanager
 defaults call it, and nothing else in playbooks/ or roles/ resolves such a
 path.
 """
@@ -149,6 +149,11 @@ def test_the_pytorch_env_and_sssd_defaults(tmp_path: Path) -> None:
     }
     empty = {"bind_password_file": "", "ca_cert_file": ""}
     assert set(templated(sssd, {"gpuclus_users_directory": empty, "inventory_dir": inventory}).values()) == {""}
+    alertmanager = role_defaults("alertmanager", "alertmanager_receiver", "alertmanager_webhook_url_file")
+    receiver = {"webhook_url_file": "../.gpuclus/secrets/alertmanager_webhook_url"}
+    assert templated(alertmanager, {"gpuclus_alertmanager_receiver": receiver, "inventory_dir": inventory})[
+        "alertmanager_webhook_url_file"
+    ] == str(tmp_path / ".gpuclus" / "secrets" / "alertmanager_webhook_url")
 
 
 # Anything that spells the rendered layout out by hand: inventory_dir other than as the filter's argument,
@@ -172,6 +177,7 @@ def test_no_playbook_or_role_resolves_a_control_path_by_hand() -> None:
         if "gpuclus_control_path(inventory_dir" in path.read_text()
     }
     assert callers == {
+        "roles/alertmanager/defaults/main.yml",
         "roles/sssd/defaults/main.yml",
         "roles/pytorch_env/defaults/main.yml",
         "roles/grafana/defaults/main.yml",

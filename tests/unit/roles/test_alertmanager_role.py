@@ -17,12 +17,16 @@ from typing import Any
 import pytest
 import yaml
 from ansible.parsing.dataloader import DataLoader
+from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar, trust_as_template
 from role_templates import ROLES, group_vars, render, role_variables
 
 from gpuclus.render import render_files
 from gpuclus.spec.load import load_spec_text
 from prometheus_tools import require
+
+# The webhook URL is read with the `file` lookup, a plugin Ansible loads through its collection loader.
+init_plugin_loader()
 
 SPEC = """\
 apiVersion: gpuclus/v1
@@ -46,14 +50,34 @@ RECEIVERS = {
 }
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _rendered_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Where the rendered inventory sits, with the secret deploy keeps beside it (state_dir "x")."""
+    global RENDERED
+    RENDERED = tmp_path_factory.mktemp("rendered")
+    (RENDERED / "inventory").mkdir()
+    secret = RENDERED / "x" / "secrets" / "alertmanager_webhook_url"
+    secret.parent.mkdir(parents=True)
+    secret.write_text(WEBHOOK["webhook_url"] + "\n")
+
+
+RENDERED = Path()
+
+
 def inventory_for(receiver: dict[str, str] | None) -> dict[str, Any]:
+    """What render writes for the spec with this receiver, read from RENDERED; the preflight's stat of the
+    webhook URL's file there as it finds it."""
     text = SPEC
     if receiver is not None:
         text += "  alert_receiver: " + yaml.safe_dump(receiver, default_flow_style=True)
     loaded = load_spec_text(text)
     assert loaded.spec is not None and loaded.topology is not None, loaded.findings
     files = render_files(loaded.spec, loaded.topology, source_name="cluster.yaml", state_dir="x", known_hosts="/k")
-    return group_vars(files)
+    return {
+        **group_vars(files),
+        "inventory_dir": str(RENDERED / "inventory"),
+        "__alertmanager_webhook_url_stat": {"stat": {"isreg": True}},
+    }
 
 
 def config(receiver: dict[str, str] | None, **extra: Any) -> str:
@@ -163,6 +187,7 @@ def test_preflight_accepts_what_gpuclus_renders(kind: str) -> None:
         {**EMAIL, "smarthost": "mail.lab:99999"},
         {"webhook_url": None, "password": "secret"},
         {"webhook_url": 42},
+        {"webhook_url": "https://chat.example.org/x", "webhook_url_file": "/dev/null"},
     ],
     ids=lambda receiver: repr(receiver)[:40],
 )
@@ -188,6 +213,26 @@ def test_the_webhook_url_is_never_shown() -> None:
     tasks = yaml.safe_load((ROLES / "alertmanager" / "tasks" / "preflight.yml").read_text())
     [check] = [task for task in tasks if task["name"] == "Check the webhook URL"]
     assert "webhook_url }}" not in check["ansible.builtin.assert"]["fail_msg"]
+    assert check["no_log"] is True  # its conditions hold the URL, which -v would print
     configure = yaml.safe_load((ROLES / "alertmanager" / "tasks" / "configure.yml").read_text())
     [write] = [task for task in configure if "alertmanager.yml" in task["ansible.builtin.template"]["src"]]
     assert write["no_log"] == "{{ __alertmanager_webhook | bool }}"
+
+
+def test_gpuclus_renders_the_webhook_urls_file_never_the_url() -> None:
+    receiver = inventory_for(WEBHOOK)["gpuclus_alertmanager_receiver"]
+    assert receiver["webhook_url_file"] == "x/secrets/alertmanager_webhook_url"
+    assert "T0K3N" not in str(receiver)
+
+
+def test_a_webhook_url_from_a_file_the_role_is_given(tmp_path: Path) -> None:
+    hook = tmp_path / "hook"
+    hook.write_text("https://chat.example.org/hooks/0THER\n")
+    text = config(None, alertmanager_receiver={"webhook_url_file": str(hook)})
+    [receiver] = yaml.safe_load(text)["receivers"]
+    assert receiver["webhook_configs"] == [{"url": "https://chat.example.org/hooks/0THER", "send_resolved": True}]
+
+
+def test_preflight_refuses_a_webhook_url_file_that_is_not_there() -> None:
+    inventory = {**inventory_for(WEBHOOK), "__alertmanager_webhook_url_stat": {"stat": {"exists": False}}}
+    assert refused(inventory) == ["__alertmanager_webhook_url_stat.stat.isreg | default(false)"]

@@ -409,7 +409,7 @@ def test_a_typo_in_a_section_leaves_the_node_checks_running() -> None:
     result = load_spec_text(text)
     assert _codes(result) == [("nfs-server-missing", 14, "nfs.exports"), ("unknown-key", 16, "monitoring.promethus")]
     # Only the check that reads the monitoring section waits for the fix.
-    assert result.skipped_checks == ["monitoring_on_controller", "monitoring_parts_unused"]
+    assert result.skipped_checks == ["monitoring_on_controller", "monitoring_parts_unused", "webhook_url_file"]
     assert result.spec is None and result.topology is None
 
 

@@ -27,6 +27,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "controller-count": (Severity.ERROR, "not exactly one controller"),
     "no-compute": (Severity.ERROR, "no compute node"),
     "invalid-node-name": (Severity.ERROR, "a node name that is not a valid host name"),
+    "reserved-node-name": (Severity.ERROR, "a node named like an inventory group or an Ansible or Slurm word"),
     "duplicate-node-name": (Severity.ERROR, "two nodes share a name"),
     "invalid-address": (Severity.ERROR, "an address that is neither IP nor DNS name"),
     "duplicate-address": (Severity.ERROR, "two nodes share an address"),
@@ -34,6 +35,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "gpus-on-non-compute": (Severity.WARNING, "GPUs on a node Slurm does not schedule"),
     "controller-gpu-compute": (Severity.WARNING, "the controller is also a GPU compute node"),
     "duplicate-partition": (Severity.ERROR, "two partitions share a name"),
+    "reserved-partition-name": (Severity.ERROR, "a partition named DEFAULT, Slurm's defaults record"),
     "partition-unknown-node": (Severity.ERROR, "a partition names a node not in the spec"),
     "partition-non-compute-node": (Severity.ERROR, "a partition names a node without the compute role"),
     "multiple-default-partitions": (Severity.ERROR, "more than one default partition"),
@@ -42,6 +44,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "nfs-server-multiple": (Severity.ERROR, "more than one nfs_server node"),
     "nfs-server-without-exports": (Severity.WARNING, "an nfs_server node with nothing to export"),
     "duplicate-export": (Severity.ERROR, "an export path or mount point used twice"),
+    "export-squash-to-root": (Severity.WARNING, "an export that maps squashed users to root (anonuid=0, anongid=0)"),
     "monitoring-on-controller": (
         Severity.INFO,
         "no monitoring node; Prometheus and Grafana run on the controller",
@@ -58,6 +61,9 @@ CODES: dict[str, tuple[Severity, str]] = {
     "dcgm-exporter-package-missing": (Severity.ERROR, "monitoring.dcgm_exporter_package is not a file"),
     "monitoring-setting-unused": (Severity.WARNING, "a monitoring setting that has no effect"),
     "monitoring-needs-prometheus": (Severity.ERROR, "Grafana or Alertmanager without Prometheus"),
+    "webhook-url-file-missing": (Severity.ERROR, "monitoring.alert_receiver.webhook_url_file cannot be read"),
+    "webhook-url-file-open": (Severity.ERROR, "monitoring.alert_receiver.webhook_url_file is readable by others"),
+    "webhook-url-file-grammar": (Severity.ERROR, "monitoring.alert_receiver.webhook_url_file is not one URL"),
     "pytorch-shared-without-nfs": (Severity.ERROR, "a shared PyTorch environment without an NFS export"),
     "pytorch-shared-not-mounted": (Severity.ERROR, "a shared PyTorch environment where nodes mount no NFS"),
     "pytorch-path-outside-share": (Severity.ERROR, "a shared PyTorch path outside the NFS export's mount"),
@@ -85,4 +91,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "directory-password-file-open": (Severity.ERROR, "users.directory.bind_password_file is readable by others"),
     "directory-password-file-grammar": (Severity.ERROR, "users.directory.bind_password_file is not one line"),
     "directory-ca-cert-invalid": (Severity.ERROR, "users.directory.ca_cert_file is missing or not PEM"),
+    # Paths on the nodes and on the control machine
+    "system-directory": (Severity.ERROR, "a directory gpuclus chowns, exports or mounts over is a system one"),
+    "control-file-in-state-dir": (Severity.ERROR, "an input file inside gpuclus' own .gpuclus/ state"),
 }

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from gpuclus.spec.checks.control_files import shown
+from gpuclus.spec.checks.control_files import read_secret_file, shown
 from gpuclus.spec.checks.view import MONITORING, NODES, RegisteredCheck, SpecView, node_loc, registrar
-from gpuclus.spec.models import Role
-from gpuclus.yamldoc.findings import Finding, error, info, warning
+from gpuclus.spec.models import WEBHOOK_URL_PATTERN, Role
+from gpuclus.yamldoc.findings import Finding, Loc, error, info, warning
+from gpuclus.yamldoc.grammar import full_match, host_problem
 
 CHECKS: list[RegisteredCheck] = []
 _check = registrar(CHECKS)
@@ -122,3 +123,48 @@ def monitoring_parts_unused(view: SpecView) -> list[Finding]:
                 )
             )
     return findings
+
+
+# A URL is at most 2048 characters (the field's own limit); the file may end in a line break.
+WEBHOOK_URL_FILE_MAX_BYTES = 2049
+
+
+@_check(MONITORING)
+def webhook_url_file(view: SpecView) -> list[Finding]:
+    """The webhook URL's file: there, 0600, one http(s) URL. Its content is never shown: it may carry a token."""
+    receiver = view.spec.monitoring.alert_receiver
+    if receiver is None or receiver.webhook_url_file is None:
+        return []
+    loc: Loc = ("monitoring", "alert_receiver", "webhook_url_file")
+    data, findings = read_secret_file(
+        view,
+        receiver.webhook_url_file,
+        loc,
+        code="webhook-url-file",
+        max_bytes=WEBHOOK_URL_FILE_MAX_BYTES,
+        too_large=f"holds more than {WEBHOOK_URL_FILE_MAX_BYTES} bytes, more than one URL",
+        what="the file holding the webhook URL",
+        wanted="a file holding only the webhook URL, on one line",
+        holds="the Alertmanager webhook URL, which often carries a token",
+    )
+    if data is not None and not _is_webhook_url(data):
+        findings.append(
+            error(
+                "webhook-url-file-grammar",
+                "monitoring.alert_receiver.webhook_url_file does not hold one http(s) URL (not shown: it may carry "
+                "a token)",
+                loc,
+                hint="write the URL alone on the file's first line, as https://host[:port]/path (no spaces or "
+                "quotes; the host a DNS name or IPv4 address)",
+            )
+        )
+    return findings
+
+
+def _is_webhook_url(data: bytes) -> bool:
+    text = data[:-1] if data.endswith(b"\n") else data
+    try:
+        url = text.decode("ascii")
+    except UnicodeDecodeError:
+        return False
+    return full_match(WEBHOOK_URL_PATTERN, url) and host_problem(url) is None

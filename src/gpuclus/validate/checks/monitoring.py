@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 from typing import TYPE_CHECKING, Any
 
+from gpuclus.fileio import parse_json
 from gpuclus.validate.check import Check
 from gpuclus.validate.context import Context
 from gpuclus.validate.results import Level, NodeResult, Outcome, Status, skipped, worst
@@ -34,7 +34,7 @@ def targets_up(ctx: Context) -> Outcome:
     api = f"http://{server.address}:{PROMETHEUS_PORT}/api/v1/targets?state=active"
     answer = ctx.run(f"curl -fsS --max-time 10 {shlex.quote(api)}", timeout=30)
     try:
-        targets = json.loads(answer.stdout)["data"]["activeTargets"]
+        targets = parse_json(answer.stdout)["data"]["activeTargets"]
     except (ValueError, KeyError, TypeError):
         return Outcome(
             status=Status.FAIL,

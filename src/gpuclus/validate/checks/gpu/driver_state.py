@@ -22,10 +22,11 @@ loaded_version, verdict, reboot_needed; nothing secret is in it).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
+
+from gpuclus.fileio import parse_json
 
 STATE_FILE = "/var/lib/gpuclus/nvidia-driver.json"
 MODULE_VERSION_FILE = "/sys/module/nvidia/version"
@@ -153,7 +154,7 @@ def _sections(text: str) -> dict[str, str]:
 
 def parse_state_file(text: str) -> StateFile | None:
     try:
-        data: Any = json.loads(text)
+        data: Any = parse_json(text)
     except ValueError:
         return None
     if not isinstance(data, dict):

@@ -7,10 +7,10 @@ SKIP, with the hint to install it; any other missing result is FAIL.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
+from gpuclus.fileio import parse_json
 from gpuclus.slurm import commands as slurm
 from gpuclus.slurm.remote import TIMED_OUT
 from gpuclus.ssh.client import CommandResult
@@ -40,8 +40,8 @@ def parse_probe_output(text: str) -> list[dict[str, Any]]:
         if at < 0:
             continue
         try:
-            payload = json.loads(line[at + len(probes.MARKER) + 1 :])
-        except json.JSONDecodeError:
+            payload = parse_json(line[at + len(probes.MARKER) + 1 :])
+        except ValueError:  # not JSON, nested past the bound, or an integer past Python's limit
             continue
         if isinstance(payload, dict):
             payloads.append(payload)

@@ -9,11 +9,11 @@ exception, srun's error) is the message.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from gpuclus.fileio import parse_json
 from gpuclus.slurm import commands as slurm
 from gpuclus.slurm.remote import TIMED_OUT
 from gpuclus.ssh.client import CommandResult
@@ -33,8 +33,8 @@ def parse_marked(text: str, marker: str = MARKER) -> dict[str, Any] | None:
         if at < 0:
             continue
         try:
-            payload = json.loads(line[at + len(marker) + 1 :])
-        except json.JSONDecodeError:
+            payload = parse_json(line[at + len(marker) + 1 :])
+        except ValueError:  # not JSON, nested past the bound, or an integer past Python's limit
             continue
         if isinstance(payload, dict):
             found = payload
