@@ -245,3 +245,18 @@ def test_json_in_a_jobs_output_is_bounded_in_depth_and_digits() -> None:
         assert parse_marked(f"GPUCLUS_RESULT {hostile}\nGPUCLUS_RESULT {{}}\n", "GPUCLUS_RESULT") == {}
         assert parse_probe_output(f"{MARKER} {hostile}\n{MARKER} {{}}\n") == [{}]
         assert parse_state_file(hostile) is None
+
+
+def test_a_file_in_the_output_directory_larger_than_any_rendered_one_is_not_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # render compares what is there with what it would write; a huge file there is not gpuclus' anyway.
+    from gpuclus.render import writer
+
+    monkeypatch.setattr(writer, "MAX_RENDERED_BYTES", 1024)
+    first = writer.write_rendered(tmp_path / "out", {"a.yml": "a: 1\n"})
+    assert first.files
+    (tmp_path / "out" / "a.yml").write_text("x" * 4096)
+    with pytest.raises(UsageError, match=r"a\.yml \(larger than any file gpuclus renders"):
+        writer.write_rendered(tmp_path / "out", {"a.yml": "a: 1\n"})
+    assert (tmp_path / "out" / "a.yml").read_text() == "x" * 4096

@@ -26,6 +26,7 @@ from gpuclus.fileio import (
     NotRegularFileError,
     make_directories,
     read_json_file,
+    read_regular_file,
     write_text_atomic,
 )
 
@@ -33,6 +34,9 @@ MANIFEST_NAME = ".gpuclus-render.json"
 MANIFEST_FORMAT = 1
 # A manifest lists a handful of paths and digests; anything much larger is not one.
 MAX_MANIFEST_BYTES = 1024 * 1024
+# Far above any file render writes (a 10,000-node inventory is a few MiB): a larger one in the output
+# directory is not gpuclus', and is never read whole.
+MAX_RENDERED_BYTES = 64 * 1024 * 1024
 
 
 class FileStatus(enum.StrEnum):
@@ -116,7 +120,7 @@ def plan_write(output_dir: Path, files: Mapping[str, str], *, force: bool = Fals
                 f"{target} is in the way: it is not a regular file",
                 "move it away; gpuclus render writes a file there",
             )
-        current = target.read_bytes()
+        current = _current_bytes(target)
         if current == text.encode("utf-8"):
             plan.unchanged.append(path)
             continue
@@ -132,7 +136,7 @@ def plan_write(output_dir: Path, files: Mapping[str, str], *, force: bool = Fals
         _refuse_link(target)
         if not target.is_file():
             continue  # already gone; nothing to report
-        why = _conflict(path, target.read_bytes(), recorded)
+        why = _conflict(path, _current_bytes(target), recorded)
         if why and not force:
             plan.conflicts[path] = f"{why}, and gpuclus no longer renders it"
         else:
@@ -163,7 +167,7 @@ def write_rendered(output_dir: Path, files: Mapping[str, str], *, force: bool = 
             (output_dir / path).unlink()
             _prune_empty_parents(output_dir, output_dir / path)
         manifest = output_dir / MANIFEST_NAME
-        if not manifest.is_file() or manifest.read_text(encoding="utf-8") != plan.manifest_text:
+        if not manifest.is_file() or _current_bytes(manifest) != plan.manifest_text.encode("utf-8"):
             write_text_atomic(manifest, plan.manifest_text)
     except OSError as problem:
         # A full or read-only filesystem: each file is replaced atomically, so
@@ -190,9 +194,19 @@ def _make_output_dir(output_dir: Path) -> None:
         ) from None
 
 
-def _conflict(path: str, current: bytes, recorded: Mapping[str, str]) -> str | None:
+def _current_bytes(target: Path) -> bytes | None:
+    """What ``target`` holds now, through the bounded reader; None when it is larger than any rendered file."""
+    try:
+        return read_regular_file(target, MAX_RENDERED_BYTES)
+    except FileTooLargeError:
+        return None
+
+
+def _conflict(path: str, current: bytes | None, recorded: Mapping[str, str]) -> str | None:
     if path not in recorded:
         return "not written by gpuclus"
+    if current is None:
+        return f"larger than any file gpuclus renders ({MAX_RENDERED_BYTES // (1024 * 1024)} MiB)"
     if hashlib.sha256(current).hexdigest() != recorded[path]:
         return "edited by hand"
     return None
