@@ -8,6 +8,7 @@ where it means an ASCII character lets a value through that is not what it looks
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 # The zero of other scripts' digits: Arabic-Indic, fullwidth, Devanagari, mathematical bold.
 DIGIT_ZEROS = [0x0660, 0xFF10, 0x0966, 0x1D7CE]
@@ -50,3 +51,26 @@ def lookalikes(value: str) -> Iterator[str]:
     for ascii_char, folded in FOLDS_TO_ASCII.items():
         if ascii_char in value:
             yield value.replace(ascii_char, folded, 1)
+
+
+def pattern_paths(schema: dict[str, Any]) -> Iterator[str]:
+    """Every field of a pydantic JSON schema that carries a pattern, as a dotted path ([] for list items,
+    {key} and {value} for a mapping's keys and values): what the look-alike tests must each cover."""
+    return _paths_with_a_pattern(schema, schema.get("$defs", {}), "")
+
+
+def _paths_with_a_pattern(node: dict[str, Any], defs: dict[str, Any], path: str) -> Iterator[str]:
+    if "$ref" in node:
+        node = defs[node["$ref"].rsplit("/", 1)[1]]
+    if "pattern" in node:
+        yield path
+    for key, child in node.get("properties", {}).items():
+        yield from _paths_with_a_pattern(child, defs, f"{path}.{key}".lstrip("."))
+    if isinstance(node.get("items"), dict):
+        yield from _paths_with_a_pattern(node["items"], defs, path + "[]")
+    # A mapping whose keys have a grammar: JSON Schema puts the keys' pattern over the values' schema.
+    for value_schema in node.get("patternProperties", {}).values():
+        yield path + ".{key}"
+        yield from _paths_with_a_pattern(value_schema, defs, path + ".{value}")
+    for child in node.get("anyOf", []) + node.get("allOf", []):
+        yield from _paths_with_a_pattern(child, defs, path)

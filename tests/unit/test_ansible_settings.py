@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from deploy_specs import THREE_NODE_SPEC
+from ssh_reads import resolved
 
 from gpuclus import ansible_settings
 from gpuclus.deploy.phases import Phase
@@ -90,16 +91,7 @@ def ssh_reads(ssh_args: str) -> dict[str, str]:
     ssh = shutil.which("ssh")
     if ssh is None:
         pytest.skip("the OpenSSH client is not installed")
-    answer = subprocess.run(
-        [ssh, "-G", "-F", "/dev/null", *shlex.split(ssh_args), "node"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
-    assert answer.returncode == 0, answer.stderr
-    return dict(line.partition(" ")[::2] for line in answer.stdout.splitlines())
+    return resolved([ssh, *shlex.split(ssh_args), "node"])
 
 
 def test_known_hosts_is_absolute_in_the_cfg_and_the_environment(run: RunConfig) -> None:

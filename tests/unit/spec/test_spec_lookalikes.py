@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from lookalikes import lookalikes
+from lookalikes import lookalikes, pattern_paths
 from spec_samples import SPEC
 from test_spec_grammar import PATTERN_FIELDS, dotted
 
@@ -178,23 +177,6 @@ def test_every_grammar_field_refuses_lookalikes_where_it_takes_ascii(path: Field
         assert all(finding.line is not None for finding in found), found
 
 
-def _pattern_paths(node: dict[str, Any], defs: dict[str, Any], path: str) -> Iterator[str]:
-    if "$ref" in node:
-        node = defs[node["$ref"].rsplit("/", 1)[1]]
-    if "pattern" in node:
-        yield path
-    for key, child in node.get("properties", {}).items():
-        yield from _pattern_paths(child, defs, f"{path}.{key}".lstrip("."))
-    if isinstance(node.get("items"), dict):
-        yield from _pattern_paths(node["items"], defs, path + "[]")
-    # A mapping whose keys have a grammar: JSON Schema puts the keys' pattern over the values' schema.
-    for value_schema in node.get("patternProperties", {}).values():
-        yield path + ".{key}"
-        yield from _pattern_paths(value_schema, defs, path + ".{value}")
-    for child in node.get("anyOf", []) + node.get("allOf", []):
-        yield from _pattern_paths(child, defs, path)
-
-
 def _generic(path: Field) -> str:
     parts = ["[]" if isinstance(part, int) else "{key}" if part is KEY else part for part in path]
     if path[-2:-1] in {("checksums",), ("nccl_env",)} and path[-1] is not KEY:
@@ -204,7 +186,7 @@ def _generic(path: Field) -> str:
 
 def test_the_fields_above_are_every_field_with_a_pattern() -> None:
     schema = ClusterSpec.model_json_schema()
-    with_pattern = set(_pattern_paths(schema, schema["$defs"], ""))
+    with_pattern = set(pattern_paths(schema))
     assert {"pytorch.nccl_env.{key}", "users.directory.uri[]"} <= with_pattern
     assert with_pattern - {_generic(path) for path in GRAMMAR_FIELDS} == set()
 

@@ -7,10 +7,10 @@ connecting anywhere.
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from ssh_reads import resolved
 
 from gpuclus.errors import UsageError
 from gpuclus.ssh.openssh import config_value, login_argv
@@ -18,20 +18,6 @@ from gpuclus.ssh.openssh import config_value, login_argv
 HOSTILE = "-oProxyCommand=touch /tmp/gpuclus-pwned"
 SSH = shutil.which("ssh")
 needs_ssh = pytest.mark.skipif(SSH is None, reason="the OpenSSH client is not installed")
-
-
-def resolved(argv: list[str]) -> dict[str, str]:
-    """What `ssh -G` makes of ``argv`` (its client first), key -> value; no connection is made."""
-    answer = subprocess.run(
-        [argv[0], "-G", "-F", "/dev/null", *argv[1:]],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
-    assert answer.returncode == 0, answer.stderr
-    return dict(line.partition(" ")[::2] for line in answer.stdout.splitlines())
 
 
 def argv_for(tmp_path: Path, command: list[str], client: str = "ssh") -> list[str]:

@@ -10,12 +10,11 @@ from __future__ import annotations
 import base64
 import copy
 import struct
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
-from lookalikes import lookalikes
+from lookalikes import lookalikes, pattern_paths
 
 from gpuclus.users.load import load_users_text
 from gpuclus.users.models import UsersFile
@@ -106,24 +105,11 @@ def test_a_key_comment_refuses_lookalikes(comment: str) -> None:
     assert found and all(finding.line is not None for finding in found)
 
 
-def _pattern_paths(node: dict[str, Any], defs: dict[str, Any], path: str) -> Iterator[str]:
-    if "$ref" in node:
-        node = defs[node["$ref"].rsplit("/", 1)[1]]
-    if "pattern" in node:
-        yield path
-    for key, child in node.get("properties", {}).items():
-        yield from _pattern_paths(child, defs, f"{path}.{key}".lstrip("."))
-    if isinstance(node.get("items"), dict):
-        yield from _pattern_paths(node["items"], defs, path + "[]")
-    for child in node.get("anyOf", []):
-        yield from _pattern_paths(child, defs, path)
-
-
 def test_the_fields_above_are_every_field_with_a_pattern() -> None:
     schema = UsersFile.model_json_schema()
     covered = {
         ".".join("[]" if isinstance(part, int) else part for part in path).replace(".[]", "[]")
         for path in GRAMMAR_FIELDS
     }
-    with_pattern = set(_pattern_paths(schema, schema["$defs"], ""))
+    with_pattern = set(pattern_paths(schema))
     assert "users[].shell" in with_pattern and with_pattern - covered == set()
