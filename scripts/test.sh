@@ -90,6 +90,7 @@ lint() {
 # left to `molecule test -s cluster`. Which test runs on which OS, and why:
 # docs/development.md.
 it=tests/integration
+lane_a_log=$(mktemp)
 lane_b_log=$(mktemp)
 lane_c_log=$(mktemp)
 # A lane goes on after a failing step (each step's result is worth seeing) and fails at its end.
@@ -126,6 +127,7 @@ lane_b=$!
 lane_c=$!
 step "lane A: the README quickstart, then the cluster suite on its Debian 12 nodes (lanes B and C print after it)"
 lane_a_status=0
+# Lane A prints as it goes and is kept for the failure summary at the end.
 # Two validate fault tests are left out for CI's time (each waits ~2 min for Slurm's repair): a stopped
 # slurmd fails launch.srun as the stopped node before it does, and launch.gres-devices' probe is covered
 # on recorded output in the unit tests. `pytest tests/integration` runs everything on Debian 12.
@@ -135,14 +137,28 @@ GPUCLUS_TEST_QUICKSTART=1 GPUCLUS_TEST_SUBNET=10.213.100.0/24 pytest --durations
   $it/test_cluster_hints.py $it/test_cluster_reboot.py \
   --deselect $it/test_cluster_validate.py::test_a_stopped_slurmd_is_named \
   --deselect $it/test_cluster_validate.py::test_gres_conf_claiming_more_gpus_than_the_node_has_is_named \
-  || lane_a_status=$?
+  2>&1 | tee "$lane_a_log" || lane_a_status=$?
 step "lane A: done"
 lane_b_status=0
 wait "$lane_b" || lane_b_status=$?
 lane_c_status=0
 wait "$lane_c" || lane_c_status=$?
 cat "$lane_b_log" "$lane_c_log"
-rm -f "$lane_b_log" "$lane_c_log"
+# A failed run ends with what failed in each lane, each under the step it
+# failed in: CI's record keeps only the end of a long log, where lane C stands.
+failure_summary() {
+  local name=$1 log=$2
+  printf '\n==> what failed in lane %s\n' "$name"
+  awk '/^==> / { step = $0; next }
+       /^(FAILED|ERROR) |^Found [0-9]+ errors?|^[0-9]+ files? would be reformatted|^Failed: [0-9]+ failure|: error: |^CRITICAL |failed=[1-9]/ {
+         if (step != "" && step != shown) { print step; shown = step }
+         print "  " substr($0, 1, 300)
+       }' "$log" | tail -n 60
+}
+[ "$lane_a_status" -eq 0 ] || failure_summary "A" "$lane_a_log"
+[ "$lane_b_status" -eq 0 ] || failure_summary "B" "$lane_b_log"
+[ "$lane_c_status" -eq 0 ] || failure_summary "C" "$lane_c_log"
+rm -f "$lane_a_log" "$lane_b_log" "$lane_c_log"
 if [ "$lane_a_status" -ne 0 ] || [ "$lane_b_status" -ne 0 ] || [ "$lane_c_status" -ne 0 ]; then
   echo "failed: lane A (quickstart, Debian 12 cluster suite) exit $lane_a_status;" \
     "lane B (Debian 13 cluster suite) exit $lane_b_status;" \
