@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from gpuclus.users.checks import run_checks
 from gpuclus.users.models import USERS_KIND, UsersFile
-from gpuclus.yamldoc.document import API_VERSION, SpecDocument, SpecFileError, parse_spec_text, read_named_spec
+from gpuclus.yamldoc.document import API_VERSION, SpecDocument, SpecFileError, parse_spec_text, read_spec_text
 from gpuclus.yamldoc.findings import Finding, error, has_errors, sort_findings
 from gpuclus.yamldoc.schema_findings import meant_key, schema_finding
 
@@ -33,19 +33,18 @@ class LoadedUsers:
 
 def load_users(path: Path) -> LoadedUsers:
     try:
-        text, named = read_named_spec(path)
+        text = read_spec_text(path)
     except SpecFileError as problem:
         if problem.usage and not path.exists():
             raise SpecFileError(
                 f"{path}: no such file", "create it (docs/users.md shows one), or fix the path", usage=True
             ) from None
         raise
-    return load_users_text(text, str(path), echo_source=named)
+    return load_users_text(text, str(path))
 
 
-def load_users_text(text: str, path: str = "users.yaml", *, echo_source: bool = True) -> LoadedUsers:
-    """``echo_source`` false: the findings carry no source line (the text is a symlink's target)."""
-    document = parse_spec_text(text, path, echo_source=echo_source)
+def load_users_text(text: str, path: str = "users.yaml") -> LoadedUsers:
+    document = parse_spec_text(text, path)
     result = LoadedUsers(document=document, findings=list(document.findings))
     data = document.data
     if not isinstance(data, dict):

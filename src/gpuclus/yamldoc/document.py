@@ -64,8 +64,6 @@ class SpecDocument:
     key_positions: dict[Loc, Position] = field(default_factory=dict)
     container_locs: set[Loc] = field(default_factory=set)
     findings: list[Finding] = field(default_factory=list)
-    # False when the text is not the named file's own (a symlink's target): its lines are never echoed.
-    echo_source: bool = True
 
     def position(self, loc: Loc, *, prefer_key: bool = False) -> Position | None:
         """Where ``loc`` is written; falls back to its nearest written parent.
@@ -88,8 +86,6 @@ class SpecDocument:
         return None
 
     def source_line(self, line: int) -> str | None:
-        if not self.echo_source:
-            return None
         lines = _LINE_BREAK.split(self.text)
         if lines[-1] == "":  # the break ending the last line starts no line of its own
             lines.pop()
@@ -105,20 +101,32 @@ class SpecDocument:
 
 
 def read_spec_text(path: Path) -> str:
-    """Read the file, turning every way it can fail into a SpecFileError."""
-    return read_named_spec(path)[0]
+    """Read the file, turning every way it can fail into a SpecFileError.
 
-
-def read_named_spec(path: Path) -> tuple[str, bool]:
-    """The file's text, and whether it is the named file's own: false for a symlink's target.
-
-    A finding echoes the line it is about; a spec that is a symlink to a file
-    the user cannot otherwise see (run through sudo, or named by a spec from
-    someone else) must not print that file's lines, so those are echoed only
-    from a regular file at the path named.
+    A finding echoes the line it is about (and quotes keys and values), so a
+    spec that is a symlink is followed only to a file of the symlink's own
+    owner: one to a file its owner may not see (read through sudo, or named
+    by someone else's spec) is refused before any of it is parsed.
     """
-    raw, named = _read_spec_bytes(path)
-    return _decoded(path, raw), named
+    try:
+        raw = _read_bounded(path, follow_symlinks=False)
+    except NotRegularFileError:  # the one it lets through: a symlink
+        _refuse_a_link_to_another_owners_file(path)
+        raw = _read_bounded(path, follow_symlinks=True)
+    return _decoded(path, raw)
+
+
+def _refuse_a_link_to_another_owners_file(path: Path) -> None:
+    try:
+        link_owner, target_owner = path.lstat().st_uid, path.stat().st_uid
+    except OSError:
+        return  # a dangling or unreadable link: the read names what is wrong
+    if link_owner != target_owner:
+        raise SpecFileError(
+            f"{path}: a symlink (owner uid {link_owner}) to a file of another owner (uid {target_owner})",
+            "pass the file itself, or a symlink to a file of the symlink's owner",
+            usage=False,
+        )
 
 
 def _decoded(path: Path, raw: bytes) -> str:
@@ -132,14 +140,6 @@ def _decoded(path: Path, raw: bytes) -> str:
             "save the spec as UTF-8",
             usage=False,
         ) from None
-
-
-def _read_spec_bytes(path: Path) -> tuple[bytes, bool]:
-    """The file's bytes, and whether they are the named file's own (see read_named_spec)."""
-    try:
-        return _read_bounded(path, follow_symlinks=False), True
-    except NotRegularFileError:  # the one it lets through: a symlink
-        return _read_bounded(path, follow_symlinks=True), False
 
 
 def _read_bounded(path: Path, *, follow_symlinks: bool) -> bytes:
@@ -250,12 +250,9 @@ class _TreeError(Exception):
         self.position = _mark(where)
 
 
-def parse_spec_text(text: str, path: str, *, echo_source: bool = True) -> SpecDocument:
-    """Parse YAML text into a SpecDocument; every YAML problem becomes a finding.
-
-    ``echo_source`` false: the findings carry no source line (see read_named_spec).
-    """
-    document = SpecDocument(path=path, text=text, data=None, echo_source=echo_source)
+def parse_spec_text(text: str, path: str) -> SpecDocument:
+    """Parse YAML text into a SpecDocument; every YAML problem becomes a finding."""
+    document = SpecDocument(path=path, text=text, data=None)
 
     def problem(code: str, message: str, hint: str | None, line: int | None = None, column: int | None = None) -> None:
         finding = error(code, message, hint=hint)
@@ -315,8 +312,7 @@ def _code_point(character: int | str) -> int:
 
 
 def load_document(path: Path) -> SpecDocument:
-    text, named = read_named_spec(path)
-    return parse_spec_text(text, str(path), echo_source=named)
+    return parse_spec_text(read_spec_text(path), str(path))
 
 
 def _mark(where: yaml.Node | yaml.Mark) -> Position:
