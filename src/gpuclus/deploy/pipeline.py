@@ -30,6 +30,7 @@ from gpuclus.preflight.report import NodeReport
 from gpuclus.secret_files import ensure_secrets, keep_webhook_url, secrets_directory
 from gpuclus.spec import hostlist
 from gpuclus.spec.load import LoadedSpec
+from gpuclus.spec.record import inline_secret_locs
 from gpuclus.state import StateDir
 
 
@@ -462,6 +463,7 @@ def prepare(
     config = prepare_run(
         spec_path=request.spec_path,
         spec_text=loaded.document.text,
+        spec_secrets=inline_secret_locs(loaded.spec),
         rendered=rendered,
         state=state,
         secrets_dir=secrets.directory,

@@ -31,6 +31,7 @@ from gpuclus.deploy.phases import Phase, playbook_file
 from gpuclus.fileio import write_text_atomic
 from gpuclus.render.files import ANSIBLE_CFG
 from gpuclus.resources import data_dir
+from gpuclus.spec.record import SecretLoc, masked_spec_text
 from gpuclus.state import StateDir
 
 
@@ -157,6 +158,7 @@ def prepare_run(
     spec_path: Path,
     spec_text: str,
     rendered: dict[str, str],
+    spec_secrets: Sequence[SecretLoc] = (),
     state: StateDir,
     secrets_dir: Path,
     phases: list[Phase],
@@ -186,7 +188,8 @@ def prepare_run(
     run_dir.mkdir(mode=0o700)
     for relative, text in rendered.items():
         write_text_atomic(run_dir / relative, text, mode=0o600)
-    write_text_atomic(run_dir / "spec.yaml", spec_text, mode=0o600)
+    # The run's copy of the spec, less what it holds inline of the secrets (spec/record.py).
+    write_text_atomic(run_dir / "spec.yaml", masked_spec_text(spec_text, list(spec_secrets)), mode=0o600)
     playbook = run_dir / "project" / "deploy.yml"
     write_text_atomic(playbook, entry_playbook(phases, stamp=full and not check), mode=0o600)
     return RunConfig(

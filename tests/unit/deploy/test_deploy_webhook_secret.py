@@ -15,6 +15,7 @@ from gpuclus.deploy import pipeline
 from gpuclus.errors import ExitCode
 from gpuclus.secret_files import WEBHOOK_URL, secrets_directory
 from gpuclus.spec.load import load_spec
+from gpuclus.spec.record import MASK
 from gpuclus.state import StateDir
 
 TOKEN = "T0K3Nxoxb9f8e7d6c5"
@@ -41,8 +42,12 @@ def test_a_deploy_keeps_the_url_0600_and_out_of_the_inventory_and_the_record(spe
     assert stat.S_IMODE(secret.stat().st_mode) == 0o600
     # What the run hands Ansible and what it records hold the path, never the URL.
     shown = [*result.run_dir.rglob("*"), *(StateDir.beside(spec).root / "last-applied").rglob("*")]
-    leaks = [path for path in shown if path.is_file() and path.name != "spec.yaml" and TOKEN in path.read_text()]
+    leaks = [path for path in shown if path.is_file() and TOKEN in path.read_text()]
     assert leaks == []
+    # The run's copy of the spec is the spec as written, the URL masked.
+    assert (result.run_dir / "spec.yaml").read_text() == plain + RECEIVER.replace(
+        f"https://hooks.chat.example.org/services/{TOKEN}", MASK
+    )
 
     spec.write_text(plain)  # the receiver taken out: its token does not stay behind
     assert deploy(spec).exit_code is ExitCode.OK
