@@ -15,7 +15,6 @@ surface minutes later as a module Ansible cannot resolve.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import sysconfig
@@ -28,6 +27,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from gpuclus.errors import UsageError
+from gpuclus.fileio import FileTooLargeError, NotRegularFileError, read_json_file, read_regular_file
 from gpuclus.resources import data_file
 
 # Ansible's own default for collections_path (ansible-core's base.yml).
@@ -145,15 +145,20 @@ def check(roots: Sequence[Path] | None = None) -> None:
         )
 
 
+# A collection's MANIFEST.json or galaxy.yml is a few KB.
+MAX_COLLECTION_FILE_BYTES = 1024 * 1024
+
+
 def _version(path: Path) -> str | None:
     manifest = path / "MANIFEST.json"
     try:
         if manifest.is_file():
-            return str(json.loads(manifest.read_text(encoding="utf-8"))["collection_info"]["version"])
+            return str(read_json_file(manifest, MAX_COLLECTION_FILE_BYTES)["collection_info"]["version"])
         galaxy = path / "galaxy.yml"
         if galaxy.is_file():
-            return str(yaml.safe_load(galaxy.read_text(encoding="utf-8"))["version"])
-    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
+            text = read_regular_file(galaxy, MAX_COLLECTION_FILE_BYTES).decode("utf-8")
+            return str(yaml.safe_load(text)["version"])
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError, NotRegularFileError, FileTooLargeError):
         return "unreadable"
     return None
 

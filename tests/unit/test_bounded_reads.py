@@ -20,6 +20,7 @@ import pytest
 from deadline import within
 from typer.testing import CliRunner
 
+from gpuclus import galaxy_collections
 from gpuclus.cli.main import app
 from gpuclus.deploy import in_sync, last_applied, records
 from gpuclus.deploy.records import RunRecord, list_records, runs_dir
@@ -35,7 +36,8 @@ from gpuclus.fileio import (
 )
 from gpuclus.preflight.hostkeys import read_known_hosts
 from gpuclus.render import MANIFEST_NAME
-from gpuclus.sandbox.engine import SandboxError
+from gpuclus.sandbox.aptsources import MAX_APT_FILE_BYTES, host_sources
+from gpuclus.sandbox.engine import SandboxError, parse_json_lines
 from gpuclus.sandbox.record import SandboxRecord
 from gpuclus.state import StateDir
 
@@ -260,3 +262,21 @@ def test_a_file_in_the_output_directory_larger_than_any_rendered_one_is_not_read
     with pytest.raises(UsageError, match=r"a\.yml \(larger than any file gpuclus renders"):
         writer.write_rendered(tmp_path / "out", {"a.yml": "a: 1\n"})
     assert (tmp_path / "out" / "a.yml").read_text() == "x" * 4096
+
+
+def test_installed_collections_and_host_apt_files_are_read_bounded(tmp_path: Path) -> None:
+    """A FIFO where a collection's MANIFEST.json or a host apt source is counts as unreadable, never blocks."""
+    collection = tmp_path / "ansible_collections" / "community" / "general"
+    collection.mkdir(parents=True)
+    os.mkfifo(collection / "MANIFEST.json")
+    apt = tmp_path / "apt"
+    (apt / "sources.list.d").mkdir(parents=True)
+    (apt / "sources.list").write_text("deb http://deb.debian.org/debian bookworm main\n")
+    os.mkfifo(apt / "sources.list.d" / "stuck.list")
+    (apt / "sources.list.d" / "huge.list").write_text("#" * (MAX_APT_FILE_BYTES + 1))
+    with within(10):
+        assert galaxy_collections._version(collection) is None
+        assert [source.suites for source in host_sources(apt)] == [("bookworm",)]
+    deep = "[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1)
+    with pytest.raises(JsonTooDeepError):
+        parse_json_lines(deep)

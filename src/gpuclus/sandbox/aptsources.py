@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuclus.errors import UsageError
+from gpuclus.fileio import FileTooLargeError, NotRegularFileError, read_regular_file
 
 # Suite names that only Debian's own archive carries with a "main" component.
 # A source for any of them is a Debian mirror, which also serves the suite the
@@ -105,9 +106,8 @@ def source_files(apt_root: Path) -> list[Path]:
 def host_sources(apt_root: Path) -> list[AptSource]:
     sources: list[AptSource] = []
     for path in source_files(apt_root):
-        try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError):
+        text = _host_file_text(path)
+        if text is None:
             continue
         sources += parse_deb822(text) if path.suffix == ".sources" else parse_one_line(text)
     return sources
@@ -177,9 +177,8 @@ def host_apt_settings(apt_root: Path) -> tuple[tuple[str, str], ...]:
 def _readable(apt_root: Path, paths: list[Path]) -> tuple[tuple[str, str], ...]:
     found = []
     for path in paths:
-        try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError):
+        text = _host_file_text(path)
+        if text is None:
             continue
         if "Invoke" in text or not text.strip():
             continue
@@ -191,3 +190,15 @@ def _readable(apt_root: Path, paths: list[Path]) -> tuple[tuple[str, str], ...]:
 
 def _without_comments(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith(("#", "//")))
+
+
+# An apt source or configuration file is a few KB; a bigger one, a FIFO or a device is not one apt wrote.
+MAX_APT_FILE_BYTES = 1024 * 1024
+
+
+def _host_file_text(path: Path) -> str | None:
+    """A host apt file's text, or None where it is not a readable UTF-8 regular file of at most 1 MiB."""
+    try:
+        return read_regular_file(path, MAX_APT_FILE_BYTES).decode("utf-8")
+    except (OSError, UnicodeDecodeError, NotRegularFileError, FileTooLargeError):
+        return None

@@ -25,7 +25,6 @@ are (DESIGN.md §7):
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gpuclus.errors import GpuclusError
+from gpuclus.fileio import parse_json
 
 EngineKind = Literal["podman", "docker"]
 LABEL = "gpuclus.sandbox"
@@ -246,9 +246,9 @@ def parse_json_lines(text: str) -> list[dict[str, Any]]:
     if not text:
         return []
     if text.startswith("["):
-        loaded = json.loads(text)
+        loaded = parse_json(text)
         return loaded if isinstance(loaded, list) else []
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [parse_json(line) for line in text.splitlines() if line.strip()]
 
 
 def _labels(cluster: str, owner: str | None) -> list[str]:
@@ -313,7 +313,7 @@ def _docker_can_fix_mac(binary: str) -> bool:
             timeout=30,
             check=False,
         )
-        report = json.loads(result.stdout)
+        report = parse_json(result.stdout)
     except (OSError, subprocess.TimeoutExpired, ValueError):
         return True
     if not isinstance(report, dict):

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gpuclus.fileio import FileTooLargeError, NotRegularFileError, read_regular_file
 from gpuclus.sandbox.aptsources import (
     check_mirror,
     debian_mirror,
@@ -176,10 +177,14 @@ def host_recipe(
     return ImageRecipe(suite, chosen, PACKAGES, tuple(sorted(files)))
 
 
+# os-release(5) is a few hundred bytes.
+MAX_OS_RELEASE_BYTES = 64 * 1024
+
+
 def _codename(os_release: Path) -> str | None:
     try:
-        text = os_release.read_text()
-    except OSError:
+        text = read_regular_file(os_release, MAX_OS_RELEASE_BYTES).decode("utf-8")
+    except (OSError, UnicodeDecodeError, NotRegularFileError, FileTooLargeError):
         return None
     match = re.search(r"^VERSION_CODENAME=\"?([a-z]+)", text, re.MULTILINE)
     return match.group(1) if match else None
