@@ -206,6 +206,7 @@ def _draft_from_flags(
 
     file_hosts: list[initspec.HostRange] = []
     if from_hosts is not None:
+        _refuse_a_state_file(from_hosts)
         hosts = initspec.read_hosts_file(from_hosts)
         skipped = hosts.skipped_summary()
         if skipped:
@@ -232,6 +233,22 @@ def _draft_from_flags(
             f"{escape(str(output))} if they have more"
         )
     return draft
+
+
+def _refuse_a_state_file(path: Path) -> None:
+    """A hosts file inside a .gpuclus/ directory is one of gpuclus' own files, refused before it is read.
+
+    A generated password reads like a host name: it would be printed as the controller's name and written
+    into the spec, and from there into every node's /etc/hosts.
+    """
+    from gpuclus.state import STATE_DIR_NAME
+
+    if STATE_DIR_NAME in path.resolve().parts[:-1]:
+        raise UsageError(
+            f"--from-hosts {path}: inside gpuclus' own state directory ({STATE_DIR_NAME}/), "
+            "which holds keys and passwords, not hosts",
+            "pass an /etc/hosts-style file of your own",
+        )
 
 
 def _check_before_writing(out: Output, extra: dict[str, Any], text: str, output: Path) -> None:

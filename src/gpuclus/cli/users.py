@@ -122,6 +122,12 @@ def add(
     payload: dict[str, Any] = {"user": name}
     with handled(out, payload):
         loaded, path, text = _users_file_of(spec, out)
+        if name == loaded.spec.cluster.admin_user:
+            # The spec's check (users-admin-user) would refuse the file only after it is written.
+            raise SpecInvalidError(
+                f"{name} is the admin user gpuclus logs in as (cluster.admin_user); not adding it to {path}",
+                "leave the admin user out of the users file: gpuclus' own access is not the users file's",
+            )
         if uid is None and loaded.spec.users.directory is not None:
             # A picked id would be gpuclus' guess; the directory's is the account's.
             raise UsageError(
