@@ -35,8 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer.main
-import typer.testing
 import yaml
 from deadline import Blocked, within
 from hostile_corpus import (
@@ -69,15 +67,6 @@ PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 ANSIBLE_AND_SLURM_WORDS = frozenset({"all", "ungrouped", "localhost", "default"})
 
 runner = CliRunner()
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_click_command() -> Iterator[None]:
-    """Build the click command tree once: typer's CliRunner rebuilds it on every call, 80 % of a `spec check`."""
-    command = typer.main.get_command(app)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(typer.testing, "_get_command", lambda _app: command)
-        yield
 
 
 @dataclass
