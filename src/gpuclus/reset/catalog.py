@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from gpuclus.fileio import read_regular_file
 from gpuclus.resources import data_dir
 from gpuclus.spec.load import LoadedSpec
 
@@ -52,12 +53,17 @@ class Catalog:
         return [entry for entry in self.entries if groups.intersection(entry.groups)]
 
 
+# The reset role's catalog is a few KB.
+MAX_CATALOG_BYTES = 1024 * 1024
+
+
 def catalog_file(roles: Path | None = None) -> Path:
     return (roles or data_dir("roles")) / "reset" / "vars" / "main.yml"
 
 
 def load_catalog(roles: Path | None = None) -> Catalog:
-    data = yaml.safe_load(catalog_file(roles).read_text())
+    # gpuclus' own file, read as every file is: a regular file of bounded size.
+    data = yaml.safe_load(read_regular_file(catalog_file(roles), MAX_CATALOG_BYTES).decode("utf-8"))
     entries = tuple(
         Entry(
             role=str(item["role"]),
