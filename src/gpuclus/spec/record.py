@@ -30,20 +30,22 @@ def masked_spec_text(text: str, locs: list[SecretLoc]) -> str:
     if not locs:
         return text
     root = yaml.compose(text, Loader=yaml.SafeLoader)
-    spans = sorted({span for loc in locs if (span := _scalar_span(root, loc)) is not None}, reverse=True)
+    scalars = [scalar for loc in locs if (scalar := _scalar_at(root, loc)) is not None]
+    spans = sorted({(scalar.start_mark.index, scalar.end_mark.index) for scalar in scalars}, reverse=True)
     for start, end in spans:  # from the end, so the earlier spans' offsets still hold
         text = text[:start] + MASK + text[end:]
+    # The same value written again elsewhere as it is (an old URL kept in a comment) goes too.
+    for value in {scalar.value for scalar in scalars if scalar.value}:
+        text = text.replace(value, MASK)
     return text
 
 
-def _scalar_span(node: yaml.Node | None, loc: SecretLoc) -> tuple[int, int] | None:
+def _scalar_at(node: yaml.Node | None, loc: SecretLoc) -> yaml.ScalarNode | None:
     for part in loc:
         if not isinstance(node, yaml.MappingNode):
             return None
         node = next((value for key, value in node.value if _is_key(key, part)), None)
-    if not isinstance(node, yaml.ScalarNode):
-        return None
-    return node.start_mark.index, node.end_mark.index
+    return node if isinstance(node, yaml.ScalarNode) else None
 
 
 def _is_key(key: yaml.Node, part: str | int) -> bool:

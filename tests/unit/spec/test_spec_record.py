@@ -18,13 +18,15 @@ BASE = "# the lab's cluster\n" + yaml.safe_dump(SPEC, sort_keys=False)
     "receiver",
     [
         f"monitoring:\n  alertmanager: true\n  alert_receiver:\n    webhook_url: {URL}  # the team's channel\n",
+        # The same URL kept in a comment.
+        f"monitoring:\n  alertmanager: true\n  alert_receiver:\n    # was {URL}\n    webhook_url: {URL}\n",
         f"monitoring:\n  alertmanager: true\n  alert_receiver: {{webhook_url: '{URL}'}}\n",
         # Escapes: the URL is nowhere in the text as it is written, the scalar's span still is.
         'monitoring:\n  alertmanager: true\n  alert_receiver:\n    webhook_url: "https://hooks.example.org/'
         'services/T0\\x4b3N"\n',
         f"monitoring:\n  alertmanager: true\n  alert_receiver:\n    webhook_url: >-\n      {URL}\n",
     ],
-    ids=["plain-with-comment", "flow-single-quoted", "double-quoted-escape", "folded-block"],
+    ids=["plain-with-comment", "again-in-a-comment", "flow-single-quoted", "double-quoted-escape", "folded-block"],
 )
 def test_the_inline_webhook_url_is_masked_wherever_and_however_it_is_written(receiver: str) -> None:
     text = BASE + receiver
