@@ -150,7 +150,7 @@ failure_summary() {
   local name=$1 log=$2
   printf '\n==> what failed in lane %s\n' "$name"
   awk '/^==> / { step = $0; next }
-       /^(FAILED|ERROR) |^Found [0-9]+ errors?|^[0-9]+ files? would be reformatted|^Failed: [0-9]+ failure|: error: |^CRITICAL |failed=[1-9]/ {
+       /^(FAILED|ERROR) |^Found [0-9]+ errors?|^[0-9]+ files? would be reformatted|^Failed: [0-9]+ failure|: error: |failed=[1-9]/ {
          if (step != "" && step != shown) { print step; shown = step }
          print "  " substr($0, 1, 300)
        }' "$log" | tail -n 60
