@@ -446,29 +446,19 @@ NODES = "nodes:\n  - {name: head, address: 10.0.0.10, roles: [controller, login]
 
 def class_6_printing() -> list[Case]:
     secret_spec = SPEC_HEAD + f"password: {SECRET}\n" + NODES + f"slurm: {{port: {SECRET}}}\n"
+    # A spec that is a link (of another owner) to a secret, or to any other file.
     cases = [
         spec_case(
-            "spec-is-a-link-to-a-secret",
+            f"spec-is-a-link-to-{kind}",
             6,
             "refused",
             text="",
-            files={
-                "cluster.yaml": Link("{d}/.gpuclus/secrets/notes.yaml", other_owner=True),
-                ".gpuclus/secrets/notes.yaml": secret_spec,
-            },
+            files={"cluster.yaml": Link(f"{{d}}/{target}", other_owner=True), target: secret_spec},
             names=ANOTHER_OWNER,
-        ),
-        spec_case(
-            "spec-is-a-link-to-another-file",
-            6,
-            "refused",
-            text="",
-            files={
-                "cluster.yaml": Link("{d}/elsewhere/notes.yaml", other_owner=True),
-                "elsewhere/notes.yaml": secret_spec,
-            },
-            names=ANOTHER_OWNER,
-        ),
+        )
+        for kind, target in (("a-secret", ".gpuclus/secrets/notes.yaml"), ("another-file", "elsewhere/notes.yaml"))
+    ]
+    cases += [
         spec_case("esc-in-a-comment", 6, "refused", text=SPEC_HEAD + "# \x1b]0;owned\x07\x1b[2J\n" + NODES),
         spec_case("esc-in-a-value", 6, "refused", text=SPEC_HEAD + NODES + 'slurm: {cluster_name: "a\x1b[2Jb"}\n'),
         spec_case("c1-csi-in-a-value", 6, "refused", text=SPEC_HEAD + NODES + 'slurm: {cluster_name: "a\u009b2Jb"}\n'),
