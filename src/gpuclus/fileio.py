@@ -124,6 +124,18 @@ def read_json_file(path: Path, limit: int, *, max_depth: int = MAX_JSON_DEPTH) -
     return parse_json(read_regular_file(path, limit), max_depth=max_depth)
 
 
+def read_text_or_none(path: Path, limit: int) -> str | None:
+    """A UTF-8 text file read as read_regular_file reads; None where it cannot be read as one.
+
+    For files gpuclus only looks into when they are there and sound (the host's apt sources, os-release):
+    missing, unreadable, special, too large or not UTF-8 all mean "nothing to learn here".
+    """
+    try:
+        return read_regular_file(path, limit).decode("utf-8")
+    except (OSError, UnicodeDecodeError, NotRegularFileError, FileTooLargeError):
+        return None
+
+
 def read_text_file(path: Path, limit: int, *, hint: str) -> str:
     """A UTF-8 text file read as read_regular_file reads; every problem but absence is a one-line UsageError.
 

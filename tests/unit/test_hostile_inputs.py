@@ -25,7 +25,6 @@ import ipaddress
 import json
 import os
 import re
-import socket
 import stat
 import unicodedata
 from collections import Counter
@@ -47,6 +46,7 @@ from hostile_corpus import (
     all_cases,
     spec_with,
 )
+from lookalikes import libc_reads_as_address
 from spec_samples import BASE
 from typer.testing import CliRunner
 
@@ -351,7 +351,7 @@ def inventory_problem(hosts: dict[str, Any]) -> str | None:
             return f"inventory host {name!a}"
         if name.casefold() in taken:
             return f"inventory host {name} is a group's or a tool's word"
-        if reads_as_number(name):
+        if libc_reads_as_address(name):
             return f"inventory host {name} reads as an address"
         if not canonical_address_or_name(str(address)):
             return f"{name}'s ansible_host {address!a}"
@@ -361,19 +361,11 @@ def inventory_problem(hosts: dict[str, Any]) -> str | None:
     return None
 
 
-def reads_as_number(name: str) -> bool:
-    try:
-        socket.inet_aton(name)
-    except OSError:
-        return False
-    return True
-
-
 def canonical_address_or_name(address: str) -> bool:
     try:
         return str(ipaddress.IPv4Address(address)) == address
     except ValueError:
-        return not reads_as_number(address) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.-]*", address) is not None
+        return not libc_reads_as_address(address) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.-]*", address) is not None
 
 
 def group_vars_problem(name: str, variables: dict[str, Any]) -> str | None:

@@ -15,7 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuclus.errors import UsageError
-from gpuclus.fileio import FileTooLargeError, NotRegularFileError, read_regular_file
+from gpuclus.fileio import read_text_or_none
+
+# An apt source or configuration file is a few KB; a bigger one, a FIFO or a device is not one apt wrote.
+MAX_APT_FILE_BYTES = 1024 * 1024
 
 # Suite names that only Debian's own archive carries with a "main" component.
 # A source for any of them is a Debian mirror, which also serves the suite the
@@ -106,7 +109,7 @@ def source_files(apt_root: Path) -> list[Path]:
 def host_sources(apt_root: Path) -> list[AptSource]:
     sources: list[AptSource] = []
     for path in source_files(apt_root):
-        text = _host_file_text(path)
+        text = read_text_or_none(path, MAX_APT_FILE_BYTES)
         if text is None:
             continue
         sources += parse_deb822(text) if path.suffix == ".sources" else parse_one_line(text)
@@ -177,7 +180,7 @@ def host_apt_settings(apt_root: Path) -> tuple[tuple[str, str], ...]:
 def _readable(apt_root: Path, paths: list[Path]) -> tuple[tuple[str, str], ...]:
     found = []
     for path in paths:
-        text = _host_file_text(path)
+        text = read_text_or_none(path, MAX_APT_FILE_BYTES)
         if text is None:
             continue
         if "Invoke" in text or not text.strip():
@@ -190,15 +193,3 @@ def _readable(apt_root: Path, paths: list[Path]) -> tuple[tuple[str, str], ...]:
 
 def _without_comments(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith(("#", "//")))
-
-
-# An apt source or configuration file is a few KB; a bigger one, a FIFO or a device is not one apt wrote.
-MAX_APT_FILE_BYTES = 1024 * 1024
-
-
-def _host_file_text(path: Path) -> str | None:
-    """A host apt file's text, or None where it is not a readable UTF-8 regular file of at most 1 MiB."""
-    try:
-        return read_regular_file(path, MAX_APT_FILE_BYTES).decode("utf-8")
-    except (OSError, UnicodeDecodeError, NotRegularFileError, FileTooLargeError):
-        return None

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gpuclus.fileio import FileTooLargeError, NotRegularFileError, read_regular_file
+from gpuclus.fileio import read_text_or_none
 from gpuclus.sandbox.aptsources import (
     check_mirror,
     debian_mirror,
@@ -182,9 +182,8 @@ MAX_OS_RELEASE_BYTES = 64 * 1024
 
 
 def _codename(os_release: Path) -> str | None:
-    try:
-        text = read_regular_file(os_release, MAX_OS_RELEASE_BYTES).decode("utf-8")
-    except (OSError, UnicodeDecodeError, NotRegularFileError, FileTooLargeError):
+    text = read_text_or_none(os_release, MAX_OS_RELEASE_BYTES)
+    if text is None:
         return None
     match = re.search(r"^VERSION_CODENAME=\"?([a-z]+)", text, re.MULTILINE)
     return match.group(1) if match else None

@@ -10,13 +10,13 @@ node name, as an address, and as the host of every URL or HOST:PORT field. The C
 from __future__ import annotations
 
 import copy
-import socket
 from typing import Any
 
 import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from lookalikes import libc_reads_as_address
 from spec_samples import SPEC
 
 from gpuclus.initspec.draft import node_name_problem
@@ -27,14 +27,6 @@ from gpuclus.yamldoc.patterns import NODE_NAME_PATTERN
 NUMERIC = ["0x7f000001", "2130706433", "127.1", "0177.0.0.1", "0x7f.1", "0xdeadbeef", "127", "0", "00"]
 # Digits and hex letters that the resolver still reads as names.
 NAMES = ["gpu01", "0b101", "1e3", "deadbeef", "x7f000001", "0-1", "127-0-0-1", "a0x1"]
-
-
-def libc_reads_as_address(name: str) -> bool:
-    try:
-        socket.inet_aton(name)
-    except OSError:
-        return False
-    return True
 
 
 @pytest.mark.parametrize("name", NUMERIC)

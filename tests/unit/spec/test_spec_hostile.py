@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import re
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lookalikes import libc_reads_as_address
 from role_templates import group_vars, render
 from spec_samples import BASE
 from test_spec_grammar import PATTERN_FIELDS
@@ -244,20 +244,12 @@ def check_names_mean_themselves(loaded: LoadedSpec, groups: set[str]) -> None:
         assert node.name.casefold() not in taken, node.name
         assert node.name.isascii() and node.address.isascii(), node
         # The resolver reads 0x7f000001 and 2130706433 as 127.0.0.1, never as a name.
-        assert not _libc_reads_as_address(node.name), node.name
+        assert not libc_reads_as_address(node.name), node.name
     for partition in loaded.spec.slurm.partitions:
         assert partition.name.casefold() not in SLURM_PARTITION_WORDS, partition.name
     for export in loaded.spec.nfs.exports:
         for path in (export.path, export.mount_point):
             assert not {".", ".."} & set(path.split("/")), path
-
-
-def _libc_reads_as_address(name: str) -> bool:
-    try:
-        socket.inet_aton(name)
-    except OSError:
-        return False
-    return True
 
 
 # The one character beyond printable ASCII that gpuclus' own headers write.
