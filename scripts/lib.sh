@@ -1,4 +1,5 @@
-# Shared by scripts/bootstrap.sh, scripts/install.sh and scripts/test.sh (sourced, not run).
+# Shared by scripts/bootstrap.sh, scripts/install.sh, scripts/test.sh and
+# scripts/release-check.sh (sourced, not run).
 
 say() { printf '==> %s\n' "$*" >&2; }
 
@@ -32,4 +33,23 @@ need_python_venv() {
   if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
     apt_install python3-venv
   fi
+}
+
+# A test run's steps say when each started and how many CPU seconds the host
+# has used since the run began (the time goes where the CPU goes: a 2-core
+# machine is CPU-bound from the first minute).
+cpu_seconds() { awk '/^cpu /{printf "%d", ($2 + $3 + $4 + $7 + $8) / 100}' /proc/stat; }
+cpu_start=$(cpu_seconds)
+step() { printf '\n==> %s (%s, host CPU %ss)\n' "$*" "$(date +%T)" "$(($(cpu_seconds) - cpu_start))"; }
+
+# What failed in one lane's log, each line under the step it failed in: a CI
+# record may keep only the end of a long log.
+failure_summary() {
+  local name=$1 log=$2
+  printf '\n==> what failed in lane %s\n' "$name"
+  awk '/^==> / { step = $0; next }
+       /^(FAILED|ERROR) |^Found [0-9]+ errors?|^[0-9]+ files? would be reformatted|^Failed: [0-9]+ failure|: error: |failed=[1-9]/ {
+         if (step != "" && step != shown) { print step; shown = step }
+         print "  " substr($0, 1, 300)
+       }' "$log" | tail -n 60
 }

@@ -27,8 +27,8 @@ it=tests/integration
 GPUCLUS_TEST_OS=debian13 GPUCLUS_TEST_CLUSTER=itd13 GPUCLUS_TEST_SUBNET=10.213.200.0/24 pytest \
   $it/test_cluster.py $it/test_cluster_check_mode.py $it/test_deploy_faults.py $it/test_cluster_containers.py \
   $it/test_cluster_config_drift.py $it/test_cluster_monitoring.py $it/test_cluster_validate.py \
-  $it/test_cluster_health.py $it/test_cluster_failover.py $it/test_cluster_plan_stamps.py $it/test_cluster_in_sync.py \
-  $it/test_cluster_upgrade.py $it/test_cluster_secrets.py $it/test_cluster_users.py $it/test_cluster_zz_reset.py \
+  $it/test_cluster_health.py $it/test_cluster_failover.py $it/test_cluster_in_sync.py \
+  $it/test_cluster_secrets.py $it/test_cluster_users.py \
   --deselect $it/test_cluster_validate.py::test_a_stopped_slurmd_is_named \
   --deselect $it/test_cluster_validate.py::test_gres_conf_claiming_more_gpus_than_the_node_has_is_named \
   --deselect $it/test_cluster_validate.py::test_a_stopped_compute_node_is_named \
