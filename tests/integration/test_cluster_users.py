@@ -4,9 +4,11 @@ The spec is given `users: {file: users.yaml}` beside it (and a 1-minute
 PriorityCalcPeriod, so fairshare moves within the test), with three users
 whose key pairs this test makes. `gpuclus deploy --only slurm,users` turns on
 Slurm's enforcement and writes the accounts. Then, for real:
-- each user logs in over SSH with their own key on every node (gpuclus' SSH
-  client, host keys checked) and has the same uid there; a job's output lands
-  in its user's home;
+- each user logs in over SSH with their own key (gpuclus' SSH client, host keys
+  checked) and has the same uid everywhere: alice, an admin, on every node; bob
+  on the login node, and on a compute node only while his job runs there, into
+  that job (pam_slurm_adopt: its cgroup, only its GPU's device node; his
+  leftover process ends with the job); a job's output lands in its user's home;
 - alice, capped at 1 GPU, gets her second GPU job PENDING with Slurm's
   AssocGrpGRES while the first runs; a local user the file does not know
   cannot submit;
@@ -35,6 +37,7 @@ from typing import Any
 import pytest
 from cluster_helpers import GPU1, GPU2, HEAD, Cluster, gpuclus
 
+from gpuclus.sandbox.image import ADMIN_USER
 from gpuclus.ssh.client import CommandResult, SshFailure, SshTarget, connect, run
 from gpuclus.state import StateDir
 
@@ -165,7 +168,13 @@ def test_users_log_in_everywhere_run_within_their_limits_and_a_removed_one_is_sh
                 "datasets:x:3000:alice",
             ], f"{node}: {entries}"
             assert login(deployed, node, "alice", key["alice"]).split() == ["alice", "2001", "alice", "datasets"]
-            assert login(deployed, node, "bob", key["bob"]).split() == ["bob", "2002", "bob"]
+        assert login(deployed, HEAD, "bob", key["bob"]).split() == ["bob", "2002", "bob"]
+        # The compute nodes (not login nodes) let in only a user with a job there (slurm.compute_ssh: jobs):
+        # bob has none; alice is an admin, and gpuclus' admin user logs in afresh for every command.
+        for node in (GPU1, GPU2):
+            with pytest.raises(SshFailure):
+                login(deployed, node, "bob", key["bob"])
+            assert deployed.on(node, "id -un").stdout.strip() == ADMIN_USER
 
         # A job's output lands in its user's home, on the node that ran it.
         ran = as_user(
@@ -188,6 +197,30 @@ def test_users_log_in_everywhere_run_within_their_limits_and_a_removed_one_is_sh
         # bob's job runs beside it (his own cap is unset), until he is removed below.
         bobs = as_user(deployed, HEAD, "bob", key["bob"], GPU_JOB).stdout.strip()
         wait_for("bob's job RUNNING", lambda: job_states(deployed, "bob").get(bobs, ("",))[0] == "RUNNING", 60)
+        # While it runs bob may log in to its node, into the job: his session is in the job's extern step
+        # (its cgroup), and what he leaves running there ends with the job (below). The other node still
+        # refuses him.
+        bobs_node = deployed.on(HEAD, f"squeue --noheader --jobs={bobs} --format=%N").stdout.strip()
+        assert bobs_node in (GPU1, GPU2), bobs_node
+        # The session sees only the job's GPU: opening its device node reaches the device (no driver on the
+        # sandbox: ENXIO), the other is refused by the job's devices cgroup (EPERM).
+        adopted = as_user(
+            deployed,
+            bobs_node,
+            "bob",
+            key["bob"],
+            'cat /proc/self/cgroup; for d in /dev/nvidia[0-9]*; do echo "$d: $(head -c1 $d 2>&1 >/dev/null)"; done;'
+            " nohup sleep 3000 >/dev/null 2>&1 &",
+        )
+        assert adopted.exit_status == 0, adopted.stderr
+        assert f"/job_{bobs}/step_extern" in adopted.stdout, adopted.stdout
+        index = deployed.on(HEAD, f"scontrol show job -d {bobs} | grep -o 'IDX:[0-9]*'").stdout.split(":")[-1].strip()
+        devices = dict(line.split(": ", 1) for line in adopted.stdout.splitlines() if line.startswith("/dev/nvidia"))
+        reached = sorted(device for device, error in devices.items() if "No such device or address" in error)
+        refused = sorted(device for device, error in devices.items() if "Operation not permitted" in error)
+        assert reached == [f"/dev/nvidia{index}"] and len(refused) == len(devices) - 1, adopted.stdout
+        with pytest.raises(SshFailure):
+            login(deployed, GPU2 if bobs_node == GPU1 else GPU1, "bob", key["bob"])
 
         # A local user the users file does not know has no association: Slurm refuses the job.
         deployed.on(HEAD, "sudo useradd --uid 2900 --create-home mallory")
@@ -215,6 +248,11 @@ def test_users_log_in_everywhere_run_within_their_limits_and_a_removed_one_is_sh
         wait_for("bob's cancelled job gone from the queue", lambda: bobs not in job_states(deployed, "bob"), 60)
         ended = deployed.on(HEAD, f"sacct --noheader --allocations --jobs={bobs} --format=State%30").stdout.split()
         assert ended[:1] == ["CANCELLED"], f"bob's job {bobs}: {ended}"
+        wait_for(
+            f"bob's leftover process on {bobs_node} ended with his job",
+            lambda: deployed.on(bobs_node, "pgrep -u bob -f 'sleep 3000'", check=False).exit_status == 1,
+            60,
+        )
         refused = deployed.on(HEAD, "sudo -u bob sbatch --wrap true", check=False)
         assert refused.exit_status != 0 and "Invalid account" in refused.stderr, refused.stderr
         for node in (HEAD, GPU1):

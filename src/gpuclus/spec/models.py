@@ -238,6 +238,13 @@ class Slurm(_Model):
         description="Seconds the backup controller waits for an unanswering controller before it takes over "
         "(SlurmctldTimeout).",
     )
+    compute_ssh: Literal["jobs", "open"] = Field(
+        default="jobs",
+        description="Who may SSH to a compute node that is not also a login node. 'jobs': only a user with a job "
+        "running there (pam_slurm_adopt), whose session joins that job (its cgroup, its GPUs, its memory limit) and "
+        "ends with it; root, cluster.admin_user and the users file's admins always get in. 'open': every user, "
+        "outside Slurm's limits.",
+    )
 
     @field_validator("state_save_location")
     @classmethod

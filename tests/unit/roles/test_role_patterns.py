@@ -58,6 +58,7 @@ def test_the_roles_read_the_shared_grammars() -> None:
         "nvidia_driver",
         "pytorch_env",
         "pyxis",
+        "slurm_adopt",
         "slurm_accounts",
         "slurm_common",
         "slurm_health",
