@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The release check: every test that scripts/test.sh (CI) leaves out for CI's
 # time, run by hand before each release beside a passing scripts/test.sh on
-# the same commit: together the two run every test there is. Needs root; ~45 minutes on 2 cores (the figures of the last
-# run are in benchmarks/README.md). Three lanes side by side, each with
-# sandbox subnets and cluster names of its own:
+# the same commit: together the two run every test there is. Needs root;
+# about 65 minutes on 2 cores (the figures of the last run are in
+# benchmarks/README.md). Three lanes side by side, each with sandbox subnets
+# and cluster names of its own:
 #   D12 a Debian 12 cluster (Slurm 22.05): the two validate faults that wait
 #       minutes for Slurm's repair, then day two: a node down before and during
 #       a deploy, a node added while a job runs and removed again;
