@@ -120,7 +120,10 @@ def _show_plan(
         out.result(f"  stop and disable: {escape(', '.join(items['units']))}")
         out.result(f"  purge packages:   {escape(', '.join(items['packages']))} (and what only they needed)")
         out.result(f"  remove:           {escape(', '.join(items['paths']))}")
-    out.result("  everywhere: the cluster's lines in /etc/hosts, NFS mounts in /etc/fstab, /etc/ssh/ssh_known_hosts")
+    out.result(
+        "  everywhere: the cluster's lines in /etc/hosts, NFS mounts in /etc/fstab, /etc/ssh/ssh_known_hosts;"
+        " on compute nodes gpuclus' lines in /etc/pam.d/sshd (login containment)"
+    )
     if chosen != everyone:
         out.result("  on the monitoring node: these nodes' Prometheus targets (deploy puts back those in the spec)")
     out.result("deleted with it (gpuclus' data): " + escape("; ".join(DELETED_DATA)))
