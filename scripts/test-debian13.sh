@@ -8,14 +8,12 @@
 # dashboards' queries, validate healthy and after the faults that need no long
 # repair (plus MPI), the health check, failover, no secret in the output of a
 # verbose deploy and a check run, the users phase (logins with
-# the users' own keys, Slurm accounts and limits, fairshare), and last
-# `gpuclus reset` with a deploy from scratch of base, NFS and Slurm; between
-# failover and secrets the day-two tests that lane A used to run (plan stamps,
-# a rolling Pyxis upgrade while a job runs), to even out the lanes.
-# Lane B of scripts/test.sh runs it beside the Debian 12 suite; the other
-# day-two tests and the slow validate-fault tests run on
-# Debian 12 only (the same code). Needs root and what scripts/test.sh installs
-# (run that once first); 30-40 minutes on 2 cores. Extra arguments go to pytest.
+# the users' own keys, login containment on the compute nodes, Slurm accounts
+# and limits, fairshare) and the in-sync deploy. Lane B of scripts/test.sh runs
+# it beside the Debian 12 suite; plan stamps, the rolling Pyxis upgrade, reset
+# and the slow validate faults are scripts/release-check.sh's. Needs root and
+# what scripts/test.sh installs (run that once first); about 50 minutes beside
+# the other lanes on 2 cores. Extra arguments go to pytest.
 # The healthy run right after the faults runs here again: its two Debian 13
 # false alarms are fixed (validate's SSH reader cut long output short;
 # Slurm 24.11's `slurmd -G` in a job died of SIGPIPE before printing the GRES

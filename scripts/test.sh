@@ -58,18 +58,18 @@ lint() {
 #     a wheel of this checkout with uv tool; Debian 12 nodes: sandbox up,
 #     deploy, jobs, validate), whose cluster is then the Debian 12
 #     suite's (GPUCLUS_TEST_QUICKSTART=1; conftest.py): jobs, containers,
-#     PyTorch, monitoring, validate with its faults, and the day-two tests (down
-#     node, nodes add/remove, hints, reboot);
+#     PyTorch, monitoring, validate with its faults, hints and reboots;
 #   B (background) the cluster suite's core on Debian 13 nodes (Slurm 24.11,
 #     scripts/test-debian13.sh): sandbox up --os debian13, deploy, a re-deploy
 #     changing nothing, check mode, jobs, NFS, containers, drift, monitoring,
 #     validate healthy and after faults, health check, failover, no secret in a
-#     verbose deploy's output, users, plan stamps, rolling upgrade, reset, and
-#     Ctrl-C at random moments of the first deploys of its fresh nodes;
+#     verbose deploy's output, users with login containment, the in-sync
+#     deploy, and Ctrl-C at random moments of the first deploys of its fresh
+#     nodes;
 #   C (background) the linters and the type check, the unit tests, the molecule
-#     scenarios (each role alone on Debian 12 nodes: munge + slurm + accounts,
-#     nfs, prometheus, nvidia with Debian's real driver packages on a node where
-#     no module can load, enroot, users, sssd against an OpenLDAP server), the
+#     scenarios of the roles no cluster lane deploys the same way (each alone
+#     on Debian 12 nodes: nvidia with Debian's real driver packages on a node
+#     where no module can load, users, sssd against an OpenLDAP server), the
 #     tests with sandboxes of their own (deploy engine, sandbox lifecycle,
 #     docker, two directories, a mixed Debian 13/12 sandbox, image build).
 # The machine is CPU-bound with three lanes (a fresh deploy uses 1.7 cores
@@ -80,8 +80,10 @@ lint() {
 # script itself there). Each step prints the host's CPU seconds used so far.
 # Each lane's sandboxes have subnets of their own, so two `sandbox up`s never
 # pick the same one. Lanes B and C print their output when A is done.
-# molecule's 3-node `cluster` scenario repeats what lanes A and B cover and is
-# left to `molecule test -s cluster`. Which test runs on which OS, and why:
+# The slowest tests (down nodes, nodes add/remove, plan stamps, the rolling
+# upgrade, reset, the validate faults that wait for Slurm's repair, molecule
+# slurm, nfs, prometheus, enroot and cluster) are scripts/release-check.sh's,
+# run by hand before each release. Which test runs where, and why:
 # docs/development.md.
 it=tests/integration
 lane_a_log=$(mktemp)
