@@ -42,13 +42,17 @@ cpu_seconds() { awk '/^cpu /{printf "%d", ($2 + $3 + $4 + $7 + $8) / 100}' /proc
 cpu_start=$(cpu_seconds)
 step() { printf '\n==> %s (%s, host CPU %ss)\n' "$*" "$(date +%T)" "$(($(cpu_seconds) - cpu_start))"; }
 
-# What failed in one lane's log, each line under the step it failed in: a CI
+# What failed in one lane's log, each line under the step it failed in (with
+# the deploy's own ✗ lines, host, task and message, and gpuclus' error and
+# hint lines inside a failed test's message): a CI
 # record may keep only the end of a long log.
 failure_summary() {
   local name=$1 log=$2
   printf '\n==> what failed in lane %s\n' "$name"
   awk '/^==> / { step = $0; next }
-       /^(FAILED|ERROR) |^Found [0-9]+ errors?|^[0-9]+ files? would be reformatted|^Failed: [0-9]+ failure|: error: |failed=[1-9]/ {
+       /^(FAILED|ERROR) |^Found [0-9]+ errors?|^[0-9]+ files? would be reformatted|^Failed: [0-9]+ failure|: error: |failed=[1-9]|✗ |^E +(error|hint|gpuclus: internal error):/ {
+         # A fixture failure is printed again for each of its tests: its lines once.
+         if (/✗ |^E +(error|hint|gpuclus)/ && seen[$0]++) next
          if (step != "" && step != shown) { print step; shown = step }
          print "  " substr($0, 1, 300)
        }' "$log" | tail -n 60
