@@ -63,16 +63,16 @@ def test_the_redeploy_installed_nothing_in_the_pytorch_phase(cluster: Cluster) -
 
 def test_module_load_pytorch_works_in_a_batch_script_submitted_from_a_login_shell(cluster: Cluster) -> None:
     script = "#!/bin/bash\nmodule load pytorch\npython -c 'import torch; print(\"MODULE\", torch.__version__)'\n"
-    cluster.on(HEAD, f"cat > /tmp/gpuclus-it-module.sh <<'EOF'\n{script}EOF")
+    cluster.on(HEAD, f"cat > /var/tmp/gpuclus-it-module.sh <<'EOF'\n{script}EOF")
     submit = cluster.on(
         HEAD,
         "bash -lc 'module avail 2>&1; sbatch --parsable --wait --nodelist=" + GPU1 + " "
-        "--output=/tmp/gpuclus-it-module-%j.out /tmp/gpuclus-it-module.sh'",
+        "--output=/var/tmp/gpuclus-it-module-%j.out /var/tmp/gpuclus-it-module.sh'",
         timeout=180,
     )
     assert "pytorch/2.13.0-cpu" in submit.stdout
     job = submit.stdout.strip().splitlines()[-1]
-    output = cluster.on(GPU1, f"cat /tmp/gpuclus-it-module-{job}.out").stdout
+    output = cluster.on(GPU1, f"cat /var/tmp/gpuclus-it-module-{job}.out").stdout
     assert "MODULE 2.13.0+cpu" in output, output
 
 
@@ -95,7 +95,7 @@ def test_srun_on_two_nodes_trains_the_ddp_template_with_gloo_and_the_loss_falls(
 def test_sbatch_of_the_multi_node_template_writes_its_output_in_the_submit_directory(cluster: Cluster) -> None:
     # docs/pytorch.md says: output in the directory sbatch ran from, as <template>-<jobid>.out. The sandbox has
     # no shared mount, so the directory must exist on the batch host too, and the file lands there.
-    workdir = "/tmp/gpuclus-it-sbatch"
+    workdir = "/var/tmp/gpuclus-it-sbatch"
     for node in (HEAD, GPU1, GPU2):
         cluster.on(node, f"mkdir -p {workdir}")
     submit = cluster.on(
@@ -145,7 +145,7 @@ def test_the_container_template_trains_across_two_nodes_inside_the_pyxis_image(c
     # No NGC image here (no registry): the sandbox's test image (busybox, os-release ID=gpuclus-test) with the
     # node's /usr and the environment mounted read-only stands in for it, so the template's own path runs:
     # srun --container-image/--container-mounts on both nodes, the launcher and torchrun inside the container.
-    workdir = "/tmp/gpuclus-it-container"
+    workdir = "/var/tmp/gpuclus-it-container"
     for node in (HEAD, GPU1, GPU2):
         cluster.on(node, f"mkdir -p {workdir}")
     mounts = f"/usr:/usr:ro,{ENV_DIR}:{ENV_DIR}:ro,/etc/ld.so.cache:/etc/ld.so.cache:ro"

@@ -273,7 +273,7 @@ def healthy_remote() -> StubRemote:
         ("SLURMD_NODENAME", hostname_job),
         ("slurmd -G", ok(GRES_PROBE_HEALTHY)),
         ("command -v mpicc", ok("no-mpicc\n")),  # launch.mpi: the sandbox has no MPI
-        (("srun", "rm -rf /tmp/gpuclus-validate-"), ok()),
+        (("srun", "rm -rf /var/tmp/gpuclus-validate-"), ok()),
         ("sudo -n sh -c", ok()),  # the storage check writes its file on the NFS server
         ("sudo -n rm -f", ok()),
         ("nfs-cat", READ_VIA_LIBNFS),

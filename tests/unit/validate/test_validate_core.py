@@ -748,7 +748,7 @@ def test_mpi_without_mpicc_anywhere_skips_and_cleans_up() -> None:
     outcome = launch.mpi_hello(context(remote))
     assert outcome.overall is Status.SKIP
     assert outcome.message == "no MPI on the compute nodes (mpicc not found)"
-    assert len(remote.matching("rm -rf /tmp/gpuclus-validate-t-mpi")) == 2
+    assert len(remote.matching("rm -rf /var/tmp/gpuclus-validate-t-mpi")) == 2
 
 
 def test_mpi_hello_over_pmix_passes() -> None:
@@ -759,12 +759,12 @@ def test_mpi_hello_over_pmix_passes() -> None:
     assert rows[GPU02].message == "rank 1 of 2, all-reduce correct"
     assert (outcome.message, outcome.value) == ("--mpi=pmix over 2 node(s)", "pmix")
     (job,) = remote.matching("srun", "--mpi=pmix")
-    assert shlex.split(job)[-3:] == ["sh", "-c", "/tmp/gpuclus-validate-t-mpi/hello"]
+    assert shlex.split(job)[-3:] == ["sh", "-c", "/var/tmp/gpuclus-validate-t-mpi/hello"]
     assert nodelist(job) == "val-gpu01,val-gpu02"
     # The program is built on each node from source carried in the job line.
     builds = remote.matching("command -v mpicc")
     assert len(builds) == 2 and "MPI_Allreduce" in shlex.split(builds[0])[-1]
-    assert len(remote.matching("rm -rf /tmp/gpuclus-validate-t-mpi")) == 2
+    assert len(remote.matching("rm -rf /var/tmp/gpuclus-validate-t-mpi")) == 2
 
 
 def test_mpi_falls_back_to_pmi2() -> None:

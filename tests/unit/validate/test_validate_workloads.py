@@ -671,8 +671,9 @@ def batch_output(payload: dict[str, Any]) -> CommandResult:
     return ok(f"+ srun python gpuclus_launch.py\n{line(payload)}")
 
 
-def test_sbatch_node_local_runs_in_tmp_and_reads_the_output_on_the_batch_host() -> None:
-    output = f"/tmp/{JOB}/{OUTPUT_PATTERN.format(name=JOB, job_id='4242')}"
+def test_sbatch_node_local_runs_in_var_tmp_and_reads_the_output_on_the_batch_host() -> None:
+    # /var/tmp, not /tmp: a job's /tmp is its own (slurm.job_tmp: private), where the admin's mkdir never shows.
+    output = f"/var/tmp/{JOB}/{OUTPUT_PATTERN.format(name=JOB, job_id='4242')}"
     stub = remote(
         ("sbatch --wait", ok("4242\n")),
         ("for try in", lambda command: batch_output(result()) if target(command) == GPU01 else fail(1)),
@@ -687,11 +688,11 @@ def test_sbatch_node_local_runs_in_tmp_and_reads_the_output_on_the_batch_host() 
     said = words(submit)
     # The sandbox's head is a login node: it has the templates and reads the script itself.
     assert said[-1] == f"{EXAMPLES}/ddp-multi-node/job.sbatch"
-    assert f"--job-name={JOB}" in said and f"--chdir=/tmp/{JOB}" in said and "--wait" in said
+    assert f"--job-name={JOB}" in said and f"--chdir=/var/tmp/{JOB}" in said and "--wait" in said
     assert f"--nodelist={GPU01},{GPU02}" in said
-    assert [target(command) for command in stub.matching("mkdir -p -m 0700 /tmp/")] == COMPUTE
+    assert [target(command) for command in stub.matching("mkdir -p -m 0700 /var/tmp/")] == COMPUTE
     assert all(output in command for command in stub.matching("for try in"))
-    assert sorted(target(command) for command in stub.matching(f"rm -rf /tmp/{JOB}")) == COMPUTE
+    assert sorted(target(command) for command in stub.matching(f"rm -rf /var/tmp/{JOB}")) == COMPUTE
     # Made before sbatch, removed after the output was read.
     order = [stub.commands.index(command) for command in (*stub.matching("mkdir"), submit, *stub.matching("rm -rf"))]
     assert order == sorted(order)
@@ -754,7 +755,7 @@ def test_sbatch_failures_name_the_cause_and_still_clean_up() -> None:
     crashed = remote(("sbatch --wait", fail(1, "4244\n")), ("for try in", fail(1)))
     outcome = sbatch_job(context(crashed, NODE_LOCAL))
     assert outcome.overall is Status.FAIL
-    assert outcome.message.startswith(f"job 4244: no output file at {GPU01}:/tmp/{JOB}/{JOB}-4244.out")
+    assert outcome.message.startswith(f"job 4244: no output file at {GPU01}:/var/tmp/{JOB}/{JOB}-4244.out")
 
 
 def test_sbatch_that_timed_out_cancels_its_job() -> None:
@@ -768,7 +769,7 @@ def test_sbatch_cannot_make_its_directory() -> None:
     stub = remote(("mkdir -p -m 0700", fail(1, "", "mkdir: cannot create directory: No space left on device\n")))
     outcome = sbatch_job(context(stub, NODE_LOCAL))
     assert outcome.overall is Status.FAIL
-    assert outcome.message.startswith(f"could not make /tmp/{JOB} on {GPU01}: mkdir: cannot create directory")
+    assert outcome.message.startswith(f"could not make /var/tmp/{JOB} on {GPU01}: mkdir: cannot create directory")
     assert stub.matching("sbatch") == []
 
 

@@ -255,7 +255,7 @@ def mpi_hello(ctx: Context) -> Outcome:
     nodes, results = ctx.launchable(ctx.compute)
     if len(nodes) < 2:
         return Outcome(results, message="needs two compute nodes that can start jobs", status=Status.SKIP)
-    build_dir = f"/tmp/{ctx.job_name}-mpi"
+    build_dir = f"/var/tmp/{ctx.job_name}-mpi"
     source = shlex.quote(_MPI_HELLO)
     build = (
         f"command -v mpicc >/dev/null 2>&1 || {{ echo no-mpicc; exit 0; }}; mkdir -p {build_dir} && "

@@ -8,7 +8,8 @@ own and reads the file afterwards:
   NFS export, made on the NFS server (the export is root's; the directory is
   the admin user's, who runs the job) and read from the controller through
   its mount;
-- node-local layout: ``/tmp/<job name>`` on every node of the job, read back
+- node-local layout: ``/var/tmp/<job name>`` on every node of the job (not
+  /tmp, which is each job's own with slurm.job_tmp: private), read back
   on the batch host (the first node of the allocation holds the file).
 
 The directory is removed afterwards, whatever happened.
@@ -77,7 +78,7 @@ def run_dir(spec: ClusterSpec, layout: SoftwareLayout, servers: list[Node], job_
             servers[0],
             posixpath.join(export.path, RUNS_DIR, job_name),
         )
-    return RunDir(f"/tmp/{job_name}", None, None)
+    return RunDir(f"/var/tmp/{job_name}", None, None)
 
 
 def make_command(directory: RunDir, owner: str) -> str:
