@@ -132,6 +132,8 @@ def fairshare(cluster: Cluster) -> dict[str, float]:
     return {user.strip(): float(value) for user, _, value in (row.partition("|") for row in rows) if user.strip()}
 
 
+# Where Enroot keeps each user's containers (the enroot role's default).
+ENROOT_DATA = "/var/lib/enroot/data"
 GPU_JOB = "sbatch --parsable --gres=gpu:1 --time=5 --output=/dev/null --wrap 'sleep 240'"
 
 
@@ -210,6 +212,8 @@ def test_users_log_in_everywhere_run_within_their_limits_and_a_removed_one_is_sh
             "bob",
             key["bob"],
             'cat /proc/self/cgroup; for d in /dev/nvidia[0-9]*; do echo "$d: $(head -c1 $d 2>&1 >/dev/null)"; done;'
+            " echo bob > /tmp/bob-mark && echo tmp-written;"
+            f" if [ -d {ENROOT_DATA} ]; then mkdir -p {ENROOT_DATA}/user-2002/pyxis_{bobs}.0/usr; fi;"
             " nohup sleep 3000 >/dev/null 2>&1 &",
         )
         assert adopted.exit_status == 0, adopted.stderr
@@ -221,6 +225,18 @@ def test_users_log_in_everywhere_run_within_their_limits_and_a_removed_one_is_sh
         assert reached == [f"/dev/nvidia{index}"] and len(refused) == len(devices) - 1, adopted.stdout
         with pytest.raises(SshFailure):
             login(deployed, GPU2 if bobs_node == GPU1 else GPU1, "bob", key["bob"])
+        # The sandbox's nodes share the node's /tmp (slurm.job_tmp: shared; sandbox.yaml says why: a job's
+        # private /tmp cannot be pinned inside a container on Linux 6.18), so no job_container.conf, and
+        # bob's file is in the node's /tmp. The private /tmp is rendered and checked in
+        # tests/unit/roles/test_job_hygiene.py, and needs the virtual-machine nodes to run.
+        assert "tmp-written" in adopted.stdout, adopted.stdout
+        seen = deployed.on(bobs_node, "sudo cat /tmp/bob-mark; test -e /etc/slurm/job_container.conf && echo conf")
+        assert seen.stdout.split() == ["bob"], seen.stdout
+        deployed.on(bobs_node, "sudo rm -f /tmp/bob-mark")
+        # A process of bob's outside any job (started by an admin, as a leftover of an open node would be):
+        # the job epilog ends it once bob has no job left here.
+        deployed.on(bobs_node, "sudo -u bob nohup sleep 3001 >/dev/null 2>&1 &")
+        assert deployed.on(bobs_node, "pgrep -u bob -f 'sleep 3001'", check=False).exit_status == 0
 
         # A local user the users file does not know has no association: Slurm refuses the job.
         deployed.on(HEAD, "sudo useradd --uid 2900 --create-home mallory")
@@ -253,6 +269,18 @@ def test_users_log_in_everywhere_run_within_their_limits_and_a_removed_one_is_sh
             lambda: deployed.on(bobs_node, "pgrep -u bob -f 'sleep 3000'", check=False).exit_status == 1,
             60,
         )
+        wait_for(
+            f"bob's process outside the job on {bobs_node} ended by the job epilog",
+            lambda: deployed.on(bobs_node, "pgrep -u bob -f 'sleep 3001'", check=False).exit_status == 1,
+            60,
+        )
+        # The epilog removed the Enroot container his job left, and said what it did.
+        left = f"{ENROOT_DATA}/user-2002/pyxis_{bobs}.0"
+        assert deployed.on(bobs_node, f"sudo ls -d {left} 2>/dev/null", check=False).stdout.strip() == ""
+        said = deployed.on(bobs_node, "sudo journalctl --no-pager -o cat -t gpuclus-job-hygiene").stdout
+        assert f"job {bobs} (bob): ended the processes left outside any job" in said, said
+        if deployed.on(bobs_node, f"test -d {ENROOT_DATA}", check=False).exit_status == 0:
+            assert f"job {bobs} (bob): removed the Enroot container pyxis_{bobs}.0" in said, said
         refused = deployed.on(HEAD, "sudo -u bob sbatch --wrap true", check=False)
         assert refused.exit_status != 0 and "Invalid account" in refused.stderr, refused.stderr
         for node in (HEAD, GPU1):

@@ -238,6 +238,7 @@ def _slurm_vars(spec: ClusterSpec, topology: Topology) -> dict[str, Any]:
         "gpuclus_slurm_enforce_limits": spec.users.file is not None and spec.slurm.accounting,
         "gpuclus_slurm_priority_calc_period": spec.slurm.priority_calc_period,
         "gpuclus_slurm_compute_ssh": spec.slurm.compute_ssh,
+        "gpuclus_slurm_job_tmp": spec.slurm.job_tmp,
     }
 
 

@@ -245,6 +245,12 @@ class Slurm(_Model):
         "ends with it; root, cluster.admin_user and the users file's admins always get in. 'open': every user, "
         "outside Slurm's limits.",
     )
+    job_tmp: Literal["private", "shared"] = Field(
+        default="private",
+        description="Each job's /tmp and /dev/shm on a compute node. 'private': the job gets its own, emptied when it "
+        "ends (Slurm's job_container/tmpfs, namespace/tmpfs from Slurm 25.11); an SSH session adopted into the job "
+        "sees the job's. 'shared': the node's own, shared by every job and left behind by them.",
+    )
 
     @field_validator("state_save_location")
     @classmethod

@@ -61,6 +61,7 @@ def test_the_roles_read_the_shared_grammars() -> None:
         "slurm_adopt",
         "slurm_accounts",
         "slurm_common",
+        "slurm_hygiene",
         "slurm_health",
         "slurm_metrics",
         "ssh_trust",
