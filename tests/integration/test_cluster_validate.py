@@ -53,12 +53,14 @@ MUST_PASS = {
     "launch.gres-devices",
     "storage.shared-fs",
     "accounting.sacct",
+    "doors.compute-ssh",
     "monitoring.targets",
     "monitoring.slurm_metrics",
 } | ({"containers.pyxis"} if ARTIFACTS_DIR is not None else set())
 # Without the artifacts directory the sandbox has no containers phase: Pyxis is off in its spec.
-# ganesha mounts nothing (the nodes' kernel has no NFS client): config.mounts skips.
-ALLOWED_SKIPS = {"gpu.nvidia-smi", "gpu.isolation", "gpu.driver", "launch.mpi", "config.mounts"} | (
+# ganesha mounts nothing (the nodes' kernel has no NFS client): config.mounts skips. Container nodes share
+# /tmp (slurm.job_tmp: shared in sandbox.yaml): doors.job-tmp skips.
+ALLOWED_SKIPS = {"gpu.nvidia-smi", "gpu.isolation", "gpu.driver", "launch.mpi", "config.mounts", "doors.job-tmp"} | (
     {"containers.pyxis"} if ARTIFACTS_DIR is None else set()
 )
 # After a repair Slurm may still be finishing a job stuck on the broken node.

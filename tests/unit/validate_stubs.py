@@ -231,6 +231,8 @@ def _slurm_collector() -> Any:
 
 NO_ROUTE = 'Get "http://10.213.0.12:9100/metrics": dial tcp 10.213.0.12:9100: connect: no route to host'
 SACCT_RUN = fixture("sacct_run.txt")
+# The doors.compute-ssh script's answer on a compute node of the sandbox (pamtester's own line for the admin).
+PAM_DOOR_SHUT = "refused=1\npamtester: successfully acct_mgmt.\nadmitted=0\n"
 
 
 def node_line(node: str, text: str = NODES_HEALTHY) -> str:
@@ -273,6 +275,8 @@ def healthy_remote() -> StubRemote:
         ("SLURMD_NODENAME", hostname_job),
         ("slurmd -G", ok(GRES_PROBE_HEALTHY)),
         ("command -v mpicc", ok("no-mpicc\n")),  # launch.mpi: the sandbox has no MPI
+        # doors.compute-ssh: sshd's account stack refuses nobody (pam_slurm_adopt) and lets the admin in.
+        ("pamtester sshd nobody", ok(PAM_DOOR_SHUT)),
         (("srun", "rm -rf /var/tmp/gpuclus-validate-"), ok()),
         ("sudo -n sh -c", ok()),  # the storage check writes its file on the NFS server
         ("sudo -n rm -f", ok()),

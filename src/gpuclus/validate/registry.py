@@ -13,6 +13,7 @@ from gpuclus.validate.checks import (
     cluster,
     config,
     containers,
+    doors,
     failover,
     gpu,
     launch,
@@ -35,6 +36,8 @@ _STAGE_CHECKS: dict[str, list[Check]] = {
     # After containers (a broken Pyxis shows there first), before accounting (which then expects these jobs).
     "workloads": workloads.CHECKS,
     "accounting": accounting.CHECKS,
+    # After accounting (whose count of this run's jobs these would change), before monitoring.
+    "doors": doors.CHECKS,
     "monitoring": monitoring.CHECKS,
     # Last: it stops the primary slurmctld on purpose (and starts it again), which no other check should see.
     "failover": failover.CHECKS,

@@ -32,7 +32,16 @@ cli = CliRunner()
 # The checks a default (standard) run selects, in run order.
 STANDARD = [check.id for check in all_checks() if check.level <= Level.STANDARD]
 # On the healthy sandbox: fake GPUs, Pyxis off, no MPI and no NFS mounts (ganesha) are SKIP; everything else passes.
-SANDBOX_SKIPS = {"gpu.isolation", "gpu.driver", "gpu.nvidia-smi", "containers.pyxis", "launch.mpi", "config.mounts"}
+# doors.job-tmp: the sandbox shares /tmp (slurm.job_tmp: shared).
+SANDBOX_SKIPS = {
+    "gpu.isolation",
+    "gpu.driver",
+    "gpu.nvidia-smi",
+    "containers.pyxis",
+    "launch.mpi",
+    "config.mounts",
+    "doors.job-tmp",
+}
 
 
 def spec_file(tmp_path: Path, text: str = SANDBOX_SPEC, key: bool = True) -> Path:
@@ -209,7 +218,7 @@ def test_json_run_on_recorded_healthy_sandbox_exits_0(tmp_path: Path, session: S
     by_id = {check["id"]: check["status"] for check in payload["checks"]}
     assert {name for name, status in by_id.items() if status == "skip"} == SANDBOX_SKIPS
     assert {status for name, status in by_id.items() if name not in SANDBOX_SKIPS} == {"pass"}
-    assert payload["counts"] == {"pass": len(STANDARD) - len(SANDBOX_SKIPS), "warn": 0, "fail": 0, "skip": 6}
+    assert payload["counts"] == {"pass": len(STANDARD) - len(SANDBOX_SKIPS), "warn": 0, "fail": 0, "skip": 7}
     assert set(payload["nodes"]) == {HEAD, GPU01, GPU02}
     assert payload["nodes"][GPU01]["launch.srun"] == "pass"
     assert payload["nodes"][HEAD]["monitoring.targets"] == "pass"
@@ -300,7 +309,7 @@ def test_junit_file_is_valid_xml(tmp_path: Path, session: Session) -> None:
     root = ET.parse(target).getroot()
     assert root.tag == "testsuites"
     assert int(root.get("tests", "0")) == len(STANDARD)
-    assert (root.get("failures"), root.get("skipped")) == ("1", "6")
+    assert (root.get("failures"), root.get("skipped")) == ("1", "7")
     assert [suite.get("name") for suite in root.findall("testsuite")] == [
         "cluster",
         "config",
@@ -309,6 +318,7 @@ def test_junit_file_is_valid_xml(tmp_path: Path, session: Session) -> None:
         "gpu",
         "containers",
         "accounting",
+        "doors",
         "monitoring",
     ]
     failures = [case.get("name") for case in root.iter("testcase") if case.find("failure") is not None]

@@ -27,6 +27,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 from role_templates import ROLES, first_refusal, group_vars, render, role_variables
 from spec_samples import BASE
+from test_slurm_conf_hooks import slurm_conf as hooks_slurm_conf
 
 from gpuclus.render import render_files
 from gpuclus.spec.load import load_spec_text
@@ -56,19 +57,8 @@ def slurm_facts(version: str) -> dict[str, Any]:
 
 
 def slurm_conf(inventory: dict[str, Any], version: str = "22.05.8", **extra: Any) -> dict[str, str]:
-    text = render(
-        "slurm_common",
-        "etc/slurm/slurm.conf.j2",
-        inventory,
-        "head",
-        __slurm_common_pmix=False,
-        __slurm_common_probes={},
-        __slurm_common_written_sizes={},
-        **slurm_facts(version),
-        **extra,
-    )
-    pairs = (line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#") and " " not in line)
-    return dict(pair for pair in pairs if len(pair) == 2)
+    """slurm.conf's settings as slurm_common renders them on a node whose Slurm is ``version``."""
+    return hooks_slurm_conf(inventory, **slurm_facts(version), **extra)
 
 
 def common_templar(inventory: dict[str, Any], **extra: Any) -> Templar:

@@ -1746,6 +1746,8 @@ def test_registry_ids_are_unique_and_in_stage_order() -> None:
         "workloads.container",
         "workloads.scaling",
         "accounting.sacct",
+        "doors.compute-ssh",
+        "doors.job-tmp",
         "monitoring.targets",
         "monitoring.slurm_metrics",
         "failover.takeover",
@@ -1760,6 +1762,7 @@ def test_registry_ids_are_unique_and_in_stage_order() -> None:
         "config.services",
         "launch.munge",
         "storage.shared-fs",
+        "doors.compute-ssh",
         "monitoring.targets",
         "monitoring.slurm_metrics",
     }
