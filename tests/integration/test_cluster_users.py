@@ -49,7 +49,7 @@ pytestmark = [
 NODES = (HEAD, GPU1, GPU2)
 
 
-def users_text(keys: dict[str, str], *, bob_removed: bool) -> str:
+def users_text(keys: dict[str, str], *, bob_removed: bool, carol_admin: bool = False) -> str:
     return f"""\
 apiVersion: gpuclus/v1
 kind: Users
@@ -83,6 +83,7 @@ users:
     uid: 2003
     ssh_keys: ["{keys["carol"]}"]
     account: nlp
+    admin: {str(carol_admin).lower()}
 """
 
 
@@ -230,7 +231,8 @@ def test_users_log_in_everywhere_run_within_their_limits_and_a_removed_one_is_sh
         # bob's file is in the node's /tmp. The private /tmp is rendered and checked in
         # tests/unit/roles/test_job_hygiene.py, and needs the virtual-machine nodes to run.
         assert "tmp-written" in adopted.stdout, adopted.stdout
-        seen = deployed.on(bobs_node, "sudo cat /tmp/bob-mark; test -e /etc/slurm/job_container.conf && echo conf")
+        look = "sudo cat /tmp/bob-mark; if test -e /etc/slurm/job_container.conf; then echo conf; fi"
+        seen = deployed.on(bobs_node, look)
         assert seen.stdout.split() == ["bob"], seen.stdout
         deployed.on(bobs_node, "sudo rm -f /tmp/bob-mark")
         # A process of bob's outside any job (started by an admin, as a leftover of an open node would be):
@@ -289,6 +291,13 @@ def test_users_log_in_everywhere_run_within_their_limits_and_a_removed_one_is_sh
             assert login(deployed, node, "alice", key["alice"]).split()[:2] == ["alice", "2001"]
         kept = deployed.on(GPU2, "getent passwd bob; test -d /home/bob && echo home-kept").stdout.split()
         assert kept == ["bob:x:2002:2102::/home/bob:/usr/sbin/nologin", "home-kept"]
+        # The compute nodes' access list follows the users file in the users phase too: made an admin by a
+        # users-only deploy, carol gets in to a compute node where she has no job.
+        with pytest.raises(SshFailure):
+            login(deployed, GPU1, "carol", key["carol"])
+        users_file.write_text(users_text(keys, bob_removed=True, carol_admin=True))
+        deploy_users(deployed)
+        assert login(deployed, GPU1, "carol", key["carol"]).split()[:2] == ["carol", "2003"]
     finally:
         deployed.on(HEAD, "for user in alice bob carol; do sudo scancel --user=$user; done", check=False)
         deployed.spec.write_text(original)
