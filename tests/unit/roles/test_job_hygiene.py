@@ -366,6 +366,14 @@ def test_these_users_processes_are_never_ended(
     assert not ended(stray), case
 
 
+def test_without_the_users_name_nothing_is_ended(
+    inventory: dict[str, Any], node: dict[str, Path], stray: subprocess.Popen[bytes]
+) -> None:
+    # The exempt list holds names: an epilog without SLURM_JOB_USER cannot tell an admin's processes.
+    run_epilog(inventory, node, user="", slurm_hygiene_end_strays=True)
+    assert not ended(stray)
+
+
 def test_without_an_answer_from_slurmd_nothing_is_ended_and_that_is_logged(
     inventory: dict[str, Any], node: dict[str, Path], stray: subprocess.Popen[bytes]
 ) -> None:
