@@ -213,6 +213,7 @@ def test_a_quick_run_with_a_stopped_compute_node_names_it_unreachable_and_blames
         "config.files",  # the config stage's first check names it; the stage's later ones SKIP it
         "launch.munge",
         "launch.srun",
+        "doors.compute-ssh",  # its door cannot be asked: named unreachable, not open
         "monitoring.targets",
     }
     for failure in failures:
@@ -223,6 +224,8 @@ def test_a_quick_run_with_a_stopped_compute_node_names_it_unreachable_and_blames
     assert by_check["config.files"]["message"].startswith("val-gpu02 unreachable: ssh: connect to host")
     assert by_check["launch.munge"]["message"].startswith("val-gpu02 unreachable: ssh: connect to host")
     assert "unreachable" in by_check["launch.srun"]["message"]
+    assert "val-gpu02 unreachable: ssh: connect to host" in by_check["doors.compute-ssh"]["message"]
+    assert "lets in" not in by_check["doors.compute-ssh"]["message"]
     assert "down+not_responding" in by_check["launch.srun"]["message"]
     gres = next(result for result in report.results if result.id == "launch.gres-devices")
     assert {row.node: row.status for row in gres.outcome.nodes} == {GPU01: Status.PASS, GPU02: Status.SKIP}
