@@ -230,9 +230,9 @@ def test_the_epilog_is_valid_shell_in_both_forms(inventory: dict[str, Any], tmp_
         program.write_text(epilog_text(inventory, slurm_hygiene_end_strays=strays))
         checked = subprocess.run(["bash", "-n", str(program)], capture_output=True, text=True, check=False)
         assert checked.returncode == 0, checked.stderr
-    if shutil.which("shellcheck"):
-        linted = subprocess.run(["shellcheck", str(program)], capture_output=True, text=True, check=False)
-        assert linted.returncode == 0, linted.stdout
+        if shutil.which("shellcheck"):
+            linted = subprocess.run(["shellcheck", str(program)], capture_output=True, text=True, check=False)
+            assert linted.returncode == 0, linted.stdout
 
 
 def test_the_jobs_leftover_containers_and_images_go_and_every_other_stays(

@@ -75,14 +75,12 @@ def compute_ssh(ctx: Context) -> Outcome:
             )
         else:
             rows.append(NodeResult(node.name, Status.PASS, f"{NO_JOB_USER} (no job) refused, {admin} let in"))
-    rows, unreachable = ctx.name_unreachable(rows)
-    failed = [row.node for row in rows if row.status is Status.FAIL]
-    if not failed:
-        return Outcome(rows, message=f"{len(rows)} compute node(s) let in only users with a job there and the admins")
-    return Outcome(
+    return _verdict(
+        ctx,
         rows,
-        message=f"the door is open or shut wrongly on {', '.join(failed)}",
-        hint=ctx.unreachable_hint(failed) if set(failed) <= set(unreachable) else ADOPT_HINT,
+        passed=f"{len(rows)} compute node(s) let in only users with a job there and the admins",
+        failed="the door is open or shut wrongly on",
+        hint=ADOPT_HINT,
     )
 
 
@@ -116,14 +114,21 @@ def job_tmp(ctx: Context) -> Outcome:
             )
         else:
             rows.append(NodeResult(node.name, Status.PASS, "a job's /tmp file is not in the node's or the next job's"))
+    return _verdict(
+        ctx, rows, passed="each job has a /tmp of its own", failed="jobs' /tmp is not private on", hint=JOB_TMP_HINT
+    )
+
+
+def _verdict(ctx: Context, rows: list[NodeResult], *, passed: str, failed: str, hint: str) -> Outcome:
+    """Both checks' outcome: unreachable nodes named as such; the unreachable hint when only they failed."""
     rows, unreachable = ctx.name_unreachable(rows)
-    failed = [row.node for row in rows if row.status is Status.FAIL]
-    if not failed:
-        return Outcome(rows, message="each job has a /tmp of its own")
+    failing = [row.node for row in rows if row.status is Status.FAIL]
+    if not failing:
+        return Outcome(rows, message=passed)
     return Outcome(
         rows,
-        message=f"jobs' /tmp is not private on {', '.join(failed)}",
-        hint=ctx.unreachable_hint(failed) if set(failed) <= set(unreachable) else JOB_TMP_HINT,
+        message=f"{failed} {', '.join(failing)}",
+        hint=ctx.unreachable_hint(failing) if set(failing) <= set(unreachable) else hint,
     )
 
 
